@@ -1,0 +1,45 @@
+// Rule text -> AST. The grammar (PEGTL 3.2) lives in grammar.hpp next to this
+// file, one struct per production with its EBNF in a comment; error messages
+// come from one table keyed by grammar rule.
+//
+// Contract:
+// - Never throws and never crashes on any input bytes; problems come back as
+//   diagnostics (code "parse") with the position of the failure.
+// - After an error the parser skips to the next line that starts a statement
+//   (`rule`, `when`, `use`, `param`, `let`, `import`, `action`) and goes on,
+//   so one call reports the errors of every broken statement (up to
+//   `max_errors`). Statements that parsed are returned even if others failed.
+// - Nesting deeper than `max_nesting` (parentheses, unary operators,
+//   calls) is an error ("expression nested too deeply"), which bounds the
+//   depth of the AST for every later recursive walk.
+// - Numbers are parsed with std::from_chars; a literal out of double range
+//   (`1e999999`) is an error ("number out of range"), not infinity.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "grammar/ast.hpp"
+#include "vigil/diagnostic.hpp"
+
+namespace vigil::grammar {
+
+inline constexpr std::size_t max_nesting = 256;
+inline constexpr std::size_t max_errors = 50;
+
+struct ParseResult {
+  ast::File file;
+  std::vector<Diagnostic> diagnostics;
+  [[nodiscard]] bool ok() const { return diagnostics.empty(); }
+};
+
+/// Parses `sources[file]`.
+ParseResult parse(const SourceSet& sources, std::uint32_t file);
+
+/// Prints a file back as canonical rule text. Parsing the output gives an AST
+/// equal to the input's (ranges aside): the round-trip property the tests check.
+std::string print(const ast::File& file);
+std::string print(const ast::Expr& expr);
+
+}  // namespace vigil::grammar

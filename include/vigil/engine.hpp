@@ -1,0 +1,157 @@
+// The engine: evaluates a compiled Program over a stream of observations and
+// dispatches firings to host callbacks.
+//
+//   vigil::Engine engine(program);
+//   engine.on("reduce_lr", [&](const vigil::Firing& f, const vigil::Action& a) {
+//     lr *= a.number("factor", 0.1);
+//   });
+//   for (int64_t step = 0;; ++step) {
+//     ...
+//     engine.observe(step, {{"loss", loss}, {"lr", lr}});   // evaluates, dispatches
+//   }
+//
+// Threading: an Engine is single-threaded; use one per thread. Programs are
+// shared freely.
+//
+// Data never makes the engine throw: NaN/Inf are values, unknown series are
+// kept (rules may match them later), a step going backwards within a mode is
+// counted in `stats().out_of_order` and the observation is ignored. Exceptions
+// (vigil::Error) are only for misuse of the API: observing while an action is
+// unbound (policy error), bad params, malformed state bytes.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "vigil/program.hpp"
+
+namespace vigil {
+
+/// Thrown for misuse of the host API only (never for data).
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Sorted (label, value) pairs of one series, without the metric name.
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+/// Parses a series key `name` or `name{a="x",b="y"}` (the Vigil trace form,
+/// values with \" \\ \n escapes). Returns false on malformed keys.
+bool parse_series_key(std::string_view key, std::string& name, Labels& labels);
+/// The canonical key: labels sorted by name, `name{a="x",b="y"}`, or `name`.
+std::string format_series_key(std::string_view name, const Labels& labels);
+
+/// A rule that became true. References point into the Program and Engine and
+/// stay valid for the Engine's lifetime.
+struct Firing {
+  const RuleInfo* rule = nullptr;
+  std::int64_t step = 0;
+  std::string_view mode;
+  double time = std::numeric_limits<double>::quiet_NaN();  // NaN: none given
+  Severity severity = Severity::warning;
+  const Labels* labels = nullptr;  // the output series' labels; empty for scalar rules
+  std::optional<double> value;     // lhs of the deciding comparison
+  std::int64_t pending_since = 0;  // step of the first true evaluation of the current run
+  const std::vector<Action>* actions = nullptr;
+
+  [[nodiscard]] const std::string& rule_name() const { return rule->name; }
+};
+
+/// Host callback for one action of a firing.
+using ActionCallback = std::function<void(const Firing&, const Action&)>;
+
+/// Interned series handle (see Engine::series). Stable for the engine's life.
+using SeriesId = std::uint32_t;
+
+struct Sample {
+  SeriesId series;
+  double value;
+};
+
+struct ObserveOptions {
+  std::string_view mode = "train";
+  double time = std::numeric_limits<double>::quiet_NaN();
+};
+
+enum class UnboundActions {
+  error,   // observing with an action no callback is bound to throws vigil::Error
+  record,  // firings still carry the action; nothing is called (rulecheck)
+};
+
+struct EngineOptions {
+  /// Param overrides (recompiles the program's sources with them).
+  std::map<std::string, Value> params;
+  UnboundActions unbound = UnboundActions::error;
+};
+
+struct EngineStats {
+  std::uint64_t observations = 0;
+  std::uint64_t out_of_order = 0;
+  std::uint64_t firings = 0;
+};
+
+class Engine {
+ public:
+  explicit Engine(Program program, EngineOptions options = {});
+  ~Engine();
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+
+  [[nodiscard]] const Program& program() const;
+
+  /// Binds a callback to an action name (replacing a previous one).
+  void on(std::string_view action, ActionCallback callback);
+
+  /// Diagnostics for every `do` action no callback is bound to (positions in
+  /// program().sources()). Empty when all are bound.
+  [[nodiscard]] std::vector<Diagnostic> unbound_actions() const;
+
+  /// Interns a series key (`loss`, `grad_norm{layer="fc1"}`); std::nullopt if
+  /// the key is malformed. Calling it again with the same key returns the
+  /// same id without allocating.
+  std::optional<SeriesId> series(std::string_view key);
+  std::optional<SeriesId> series(std::string_view name, const Labels& labels);
+
+  /// Feeds one observation: the samples taken at `step`. Evaluates every
+  /// rule whose inputs changed, dispatches callbacks in rule order, and
+  /// returns the firings (valid until the next observe/restore).
+  std::span<const Firing> observe(std::int64_t step, std::span<const Sample> samples,
+                                  const ObserveOptions& options = {});
+  /// Convenience form with keys; malformed keys are ignored (counted nowhere).
+  std::span<const Firing> observe(std::int64_t step,
+                                  std::initializer_list<std::pair<std::string_view, double>> values,
+                                  const ObserveOptions& options = {});
+
+  /// Human-readable account of a firing just returned by observe: the
+  /// values of every input (window contents for ranges) and the rule's
+  /// pending timeline. Valid until the next observe.
+  [[nodiscard]] std::string explain(const Firing& firing) const;
+
+  /// Engine state (series windows, pending counts, detector state) as bytes
+  /// a host can store in a checkpoint. A fresh engine over the same program
+  /// that restores them continues exactly as this one would.
+  [[nodiscard]] std::string save_state() const;
+  /// Throws vigil::Error on bytes not produced by save_state of the same program.
+  void restore_state(std::string_view bytes);
+
+  [[nodiscard]] const EngineStats& stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vigil

@@ -1,0 +1,970 @@
+// The streaming evaluator: series store, one forward pass over the plan per
+// observation (a whole column of series per node), rule state machines,
+// dispatch, explain, and state save/restore.
+//
+// Allocation: columns, ring buffers and per-label state grow while new series
+// and labels appear (warm-up); once every series has been seen and windows
+// are full, observe() does not allocate.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fmt/format.h>
+#include <unordered_map>
+
+#include "interp/program_impl.hpp"
+#include "vigil/engine.hpp"
+
+namespace vigil {
+
+CompileResult recompile_with(const Program& program, const std::map<std::string, Value>& params);
+
+namespace {
+
+using interp::no_node;
+using interp::PlanNode;
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+// ---- series keys ------------------------------------------------------------
+
+bool is_ident_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':';
+}
+
+}  // namespace
+
+bool parse_series_key(std::string_view key, std::string& name, Labels& labels) {
+  labels.clear();
+  auto brace = key.find('{');
+  name.assign(key.substr(0, brace));
+  if (name.empty()) return false;
+  if (brace == std::string_view::npos) return true;
+  if (key.back() != '}') return false;
+  std::string_view rest = key.substr(brace + 1, key.size() - brace - 2);
+  while (!rest.empty()) {
+    std::size_t i = 0;
+    while (i < rest.size() && is_ident_char(rest[i])) ++i;
+    if (i == 0 || i + 1 >= rest.size() || rest[i] != '=' || rest[i + 1] != '"') return false;
+    std::string label(rest.substr(0, i)), value;
+    std::size_t j = i + 2;
+    for (; j < rest.size() && rest[j] != '"'; ++j) {
+      if (rest[j] == '\\') {
+        if (++j >= rest.size()) return false;
+        value += rest[j] == 'n' ? '\n' : rest[j];
+      } else {
+        value += rest[j];
+      }
+    }
+    if (j >= rest.size()) return false;
+    labels.emplace_back(std::move(label), std::move(value));
+    rest = rest.substr(j + 1);
+    if (!rest.empty()) {
+      if (rest[0] != ',') return false;
+      rest.remove_prefix(1);
+    }
+  }
+  std::sort(labels.begin(), labels.end());
+  for (std::size_t i = 1; i < labels.size(); ++i)
+    if (labels[i].first == labels[i - 1].first) return false;
+  return true;
+}
+
+std::string format_series_key(std::string_view name, const Labels& labels) {
+  std::string out(name);
+  if (labels.empty()) return out;
+  out += '{';
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (i) out += ',';
+    out += labels[i].first;
+    out += "=\"";
+    for (char c : labels[i].second) {
+      if (c == '"' || c == '\\') out += '\\';
+      if (c == '\n') {
+        out += "\\n";
+        continue;
+      }
+      out += c;
+    }
+    out += '"';
+  }
+  out += '}';
+  return out;
+}
+
+namespace {
+
+// ---- history: a mirrored ring buffer ----------------------------------------
+// Every sample is written twice, at i and i + cap, so the newest n samples
+// are always one contiguous span: kernels read windows in place.
+
+struct History {
+  std::size_t cap = 0, size = 0, head = 0;  // head: next physical write index
+  std::size_t evals = 0;                    // eval-mode samples held
+  std::vector<double> value, time;
+  std::vector<std::int64_t> step;
+  std::vector<std::uint16_t> mode;
+
+  void reserve(std::size_t c) {
+    History h;
+    h.cap = c;
+    h.value.assign(2 * c, 0);
+    h.time.assign(2 * c, 0);
+    h.step.assign(2 * c, 0);
+    h.mode.assign(2 * c, 0);
+    for (std::size_t i = 0; i < size; ++i) {
+      std::size_t p = at(i);
+      h.put(value[p], step[p], time[p], mode[p]);
+    }
+    h.evals = evals;
+    *this = std::move(h);
+  }
+  /// Physical index of the i-th oldest sample held.
+  [[nodiscard]] std::size_t at(std::size_t i) const { return (head + cap - size + i) % cap; }
+  [[nodiscard]] std::size_t newest() const { return at(size - 1); }
+  void put(double v, std::int64_t s, double t, std::uint16_t m) {
+    for (std::size_t p : {head, head + cap}) {
+      value[p] = v;
+      step[p] = s;
+      time[p] = t;
+      mode[p] = m;
+    }
+    head = (head + 1) % cap;
+    if (size < cap) ++size;
+  }
+};
+
+struct Series {
+  std::string name;
+  std::uint32_t labels = 0;
+  History hist;
+  interp::Retention need;
+  std::uint64_t stamp = 0;  // observation number of the newest sample
+};
+
+/// One node's value: a column of (label set, value) sorted by label set id.
+struct Column {
+  std::vector<std::uint32_t> labels;
+  std::vector<double> values;
+  std::vector<std::uint8_t> fresh;
+  std::vector<double> lhs;  // comparisons: the left operand, aligned
+  std::uint64_t computed = 0;  // observation number of the last computation
+  void clear() {
+    labels.clear();
+    values.clear();
+    fresh.clear();
+    lhs.clear();
+  }
+  void push(std::uint32_t l, double v, bool f) {
+    labels.push_back(l);
+    values.push_back(v);
+    fresh.push_back(f);
+  }
+};
+
+struct StatefulSlot {
+  stdlib::DetectorState state;
+  double out = nan;
+};
+
+struct ElemState {
+  std::int64_t run = 0;
+  std::int64_t first_step = 0;
+  double first_time = nan, first_epoch = nan;
+  bool fired = false;
+  std::uint64_t evals = 0, last_fire_eval = 0;
+  std::int64_t last_fire_step = 0;
+  double last_fire_time = nan, last_fire_epoch = nan;
+  std::int64_t recent[8] = {};  // steps of the latest true evaluations (for explain)
+};
+
+struct RuleState {
+  std::vector<ElemState> elems;  // by label set id
+  std::uint64_t opportunities = 0, every_index = 0;
+  bool has_every = false;
+  std::int64_t every_step = 0;
+  double every_time = nan, every_epoch = nan;
+};
+
+/// Bytes writer/reader for save_state/restore_state.
+struct Writer {
+  std::string out;
+  template <class T>
+  void pod(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void str(std::string_view s) {
+    pod<std::uint64_t>(s.size());
+    out.append(s);
+  }
+  template <class T>
+  void vec(const std::vector<T>& v) {
+    pod<std::uint64_t>(v.size());
+    for (const auto& x : v) pod(x);
+  }
+};
+
+struct Reader {
+  std::string_view in;
+  template <class T>
+  T pod() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (in.size() < sizeof(T)) throw Error("engine state is truncated or corrupt");
+    T v;
+    std::memcpy(&v, in.data(), sizeof v);
+    in.remove_prefix(sizeof v);
+    return v;
+  }
+  std::uint64_t count(std::size_t elem = 1) {
+    auto n = pod<std::uint64_t>();
+    if (n > in.size() / std::max<std::size_t>(elem, 1) + 1)
+      throw Error("engine state is truncated or corrupt");
+    return n;
+  }
+  std::string str() {
+    auto n = count();
+    std::string s(in.substr(0, n));
+    in.remove_prefix(n);
+    return s;
+  }
+  template <class T>
+  std::vector<T> vec() {
+    auto n = count(sizeof(T));
+    std::vector<T> v;
+    v.reserve(n);
+    for (std::uint64_t i = 0; i < n; ++i) v.push_back(pod<T>());
+    return v;
+  }
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  Program program;
+  const interp::Plan* plan;
+  EngineOptions options;
+  std::unordered_map<std::string, ActionCallback> callbacks;
+  bool bindings_checked = false;
+
+  std::vector<std::unique_ptr<Labels>> labelsets;  // id -> labels (stable addresses)
+  std::unordered_map<std::string, std::uint32_t> labelset_ids;
+  std::vector<std::string> modes{"train", "eval"};
+  std::vector<std::int64_t> last_step_by_mode{INT64_MIN, INT64_MIN};
+  std::vector<Series> series;
+  std::unordered_map<std::string, SeriesId> series_ids;
+  std::vector<std::vector<SeriesId>> members;  // per plan selector
+  std::optional<SeriesId> epoch_series;
+
+  std::vector<Column> columns;                     // per plan node
+  std::vector<std::vector<StatefulSlot>> slots;    // per stateful node, by label id
+  std::vector<RuleState> rules;
+  std::vector<Firing> firings;
+  std::vector<double> scratch, gather_v;
+  std::vector<std::int64_t> gather_s;
+  std::vector<double> args;
+
+  std::uint64_t obs = 0;  // observation counter (0: none yet)
+  bool force = true;      // recompute every node (first observation, after restore)
+  std::int64_t step = 0;
+  double time = nan, first_time = nan, epoch = nan;
+  std::uint16_t mode = 0;
+  EngineStats stats;
+
+  Impl(Program p, EngineOptions o)
+      : program(std::move(p)), plan(&program.impl().plan), options(std::move(o)) {
+    labelsets.push_back(std::make_unique<Labels>());
+    labelset_ids.emplace("", 0);
+    members.resize(plan->selectors.size());
+    columns.resize(plan->nodes.size());
+    slots.resize(plan->nodes.size());
+    rules.resize(plan->rules.size());
+    for (std::size_t i = 0; i < plan->nodes.size(); ++i) {
+      const auto& n = plan->nodes[i];
+      if (n.op == ir::Op::constant) columns[i].push(0, n.constant, false);
+    }
+    args.reserve(16);
+  }
+
+  // ---- interning ------------------------------------------------------------
+
+  std::uint32_t intern_labels(const Labels& labels) {
+    std::string key = format_series_key("", labels);
+    auto [it, added] = labelset_ids.try_emplace(key, static_cast<std::uint32_t>(labelsets.size()));
+    if (added) labelsets.push_back(std::make_unique<Labels>(labels));
+    return it->second;
+  }
+
+  SeriesId add_series(const std::string& key, std::string name, const Labels& labels) {
+    Series s;
+    s.name = std::move(name);
+    s.labels = intern_labels(labels);
+    const auto id = static_cast<SeriesId>(series.size());
+    for (std::size_t i = 0; i < plan->selectors.size(); ++i) {
+      const auto& sel = plan->selectors[i];
+      if (!sel.matches(s.name, labels)) continue;
+      s.need.count = std::max(s.need.count, sel.retention.count);
+      s.need.steps = std::max(s.need.steps, sel.retention.steps);
+      s.need.seconds = std::max(s.need.seconds, sel.retention.seconds);
+      s.need.evals = std::max(s.need.evals, sel.retention.evals);
+      auto& m = members[i];
+      auto pos = std::lower_bound(m.begin(), m.end(), s.labels, [&](SeriesId a, std::uint32_t l) {
+        return series[a].labels < l;
+      });
+      m.insert(pos, id);
+    }
+    s.hist.reserve(std::max<std::size_t>(s.need.count, 2));
+    if (s.name == "epoch" && labels.empty()) epoch_series = id;
+    series.push_back(std::move(s));
+    series_ids.emplace(key, id);
+    return id;
+  }
+
+  std::optional<SeriesId> intern_series(std::string_view key) {
+    if (auto it = series_ids.find(std::string(key)); it != series_ids.end()) return it->second;
+    std::string name;
+    Labels labels;
+    if (!parse_series_key(key, name, labels)) return std::nullopt;
+    std::string canonical = format_series_key(name, labels);
+    if (auto it = series_ids.find(canonical); it != series_ids.end()) {
+      series_ids.emplace(std::string(key), it->second);
+      return it->second;
+    }
+    SeriesId id = add_series(canonical, name, labels);
+    if (canonical != key) series_ids.emplace(std::string(key), id);
+    return id;
+  }
+
+  std::uint16_t intern_mode(std::string_view m) {
+    for (std::size_t i = 0; i < modes.size(); ++i)
+      if (modes[i] == m) return static_cast<std::uint16_t>(i);
+    modes.emplace_back(m);
+    last_step_by_mode.push_back(INT64_MIN);
+    return static_cast<std::uint16_t>(modes.size() - 1);
+  }
+
+  // ---- ingest ---------------------------------------------------------------
+
+  /// Whether the oldest held sample must survive the next push.
+  bool still_needed(const Series& s) const {
+    const auto& h = s.hist;
+    if (h.size < s.need.count) return true;
+    std::size_t p = h.at(0);
+    if (s.need.steps > 0 && static_cast<double>(h.step[p]) > static_cast<double>(step) - s.need.steps)
+      return true;
+    if (s.need.seconds > 0 && h.time[p] > time - s.need.seconds) return true;
+    if (s.need.evals > 0 && h.mode[p] == 1 && h.evals <= s.need.evals) return true;
+    return false;
+  }
+
+  void ingest(const Sample& smp) {
+    if (smp.series >= series.size()) return;  // not an id of this engine: ignored
+    Series& s = series[smp.series];
+    auto& h = s.hist;
+    if (s.stamp == obs && h.size > 0) {  // same series twice in one observation: last wins
+      std::size_t p = h.newest();
+      h.value[p] = h.value[p + h.cap] = smp.value;
+      return;
+    }
+    if (h.size == h.cap) {
+      if (still_needed(s) && h.cap < (std::size_t{1} << 24))
+        h.reserve(h.cap * 2);
+      else if (h.mode[h.at(0)] == 1)
+        --h.evals;
+    }
+    h.put(smp.value, step, time, mode);
+    if (mode == 1) ++h.evals;
+    s.stamp = obs;
+    if (epoch_series && *epoch_series == smp.series) epoch = smp.value;
+  }
+
+  // ---- evaluation -------------------------------------------------------------
+
+  [[nodiscard]] bool fresh_at(std::uint32_t node, std::size_t i) const {
+    return columns[node].computed == obs && columns[node].fresh[i];
+  }
+
+  bool touched(std::uint32_t id) const {
+    const PlanNode& n = plan->nodes[id];
+    if (force || n.time_dependent) return true;
+    if (n.op == ir::Op::selector || n.op == ir::Op::range_call) {
+      for (SeriesId s : members[n.selector])
+        if (series[s].stamp == obs) return true;
+      return false;
+    }
+    for (auto in : n.inputs)
+      if (columns[in].computed == obs) return true;
+    return false;
+  }
+
+  void evaluate_plan() {
+    for (std::uint32_t id = 0; id < plan->nodes.size(); ++id) {
+      const PlanNode& n = plan->nodes[id];
+      if (n.op == ir::Op::constant || !touched(id)) continue;
+      Column& out = columns[id];
+      out.clear();
+      switch (n.op) {
+        case ir::Op::selector: eval_selector(n, out); break;
+        case ir::Op::range_call: eval_range(n, out); break;
+        case ir::Op::call:
+          if (n.fn->kind == stdlib::FnKind::aggregate)
+            eval_aggregate(n, out);
+          else if (n.fn->kind == stdlib::FnKind::stateful)
+            eval_stateful(id, n, out);
+          else
+            eval_elementwise(n, out);
+          break;
+        default: eval_elementwise(n, out); break;
+      }
+      out.computed = obs;
+    }
+  }
+
+  void eval_selector(const PlanNode& n, Column& out) {
+    for (SeriesId sid : members[n.selector]) {
+      const Series& s = series[sid];
+      if (s.hist.size == 0) continue;
+      out.push(s.labels, s.hist.value[s.hist.newest()], s.stamp == obs);
+    }
+  }
+
+  /// The window of `s` for `w`, as a contiguous span (gathered for evals).
+  stdlib::Window window(const Series& s, const ir::Dur& w) {
+    const auto& h = s.hist;
+    std::size_t n = 0;
+    switch (w.unit) {
+      case ir::Unit::samples:
+        n = static_cast<std::size_t>(w.amount);
+        if (h.size < n) return {nullptr, nullptr, 0, nullptr};
+        break;
+      case ir::Unit::steps:
+        while (n < h.size && static_cast<double>(h.step[h.at(h.size - 1 - n)]) >
+                                 static_cast<double>(step) - w.amount)
+          ++n;
+        break;
+      case ir::Unit::seconds:
+        if (std::isnan(time)) return {nullptr, nullptr, 0, nullptr};
+        while (n < h.size && h.time[h.at(h.size - 1 - n)] > time - w.amount) ++n;
+        break;
+      case ir::Unit::evals: {
+        auto want = static_cast<std::size_t>(w.amount);
+        gather_v.clear();
+        gather_s.clear();
+        for (std::size_t i = h.size; i-- > 0 && gather_v.size() < want;) {
+          std::size_t p = h.at(i);
+          if (h.mode[p] != 1) continue;
+          gather_v.push_back(h.value[p]);
+          gather_s.push_back(h.step[p]);
+        }
+        if (gather_v.size() < want) return {nullptr, nullptr, 0, nullptr};
+        std::reverse(gather_v.begin(), gather_v.end());
+        std::reverse(gather_s.begin(), gather_s.end());
+        if (scratch.size() < 2 * want) scratch.resize(2 * want);
+        return {gather_v.data(), gather_s.data(), want, scratch.data()};
+      }
+      case ir::Unit::epochs: return {nullptr, nullptr, 0, nullptr};
+    }
+    if (n == 0) return {nullptr, nullptr, 0, nullptr};
+    if (scratch.size() < 2 * n) scratch.resize(2 * n);
+    std::size_t start = h.at(h.size - n);  // contiguous thanks to the mirror
+    return {&h.value[start], &h.step[start], n, scratch.data()};
+  }
+
+  void eval_range(const PlanNode& n, Column& out) {
+    for (SeriesId sid : members[n.selector]) {
+      const Series& s = series[sid];
+      auto w = window(s, n.window);
+      if (w.n == 0 || w.n < n.fn->min_samples) continue;
+      out.push(s.labels, n.fn->range(w, n.const_args), s.stamp == obs);
+    }
+  }
+
+  void eval_aggregate(const PlanNode& n, Column& out) {
+    const Column& in = columns[n.inputs[0]];
+    if (in.values.empty()) return;
+    bool fresh = false;
+    for (std::size_t i = 0; i < in.values.size(); ++i) fresh |= fresh_at(n.inputs[0], i) != 0;
+    out.push(0, n.fn->aggregate(in.values), fresh);
+  }
+
+  void eval_stateful(std::uint32_t id, const PlanNode& n, Column& out) {
+    const Column& in = columns[n.inputs[0]];
+    auto& sl = slots[id];
+    if (sl.size() < labelsets.size()) sl.resize(labelsets.size());
+    for (std::size_t i = 0; i < in.values.size(); ++i) {
+      StatefulSlot& slot = sl[in.labels[i]];
+      const bool fresh = fresh_at(n.inputs[0], i);
+      if (fresh) slot.out = n.fn->stateful(slot.state, in.values[i], n.const_args);
+      if (slot.state.n < static_cast<std::int64_t>(n.fn->min_samples)) continue;
+      out.push(in.labels[i], slot.out, fresh);
+    }
+  }
+
+  /// Elementwise over 1..k inputs: vectors are joined on identical label
+  /// sets, scalars broadcast.
+  void eval_elementwise(const PlanNode& n, Column& out) {
+    const std::size_t k = n.inputs.size();
+    std::uint32_t driver = no_node;
+    for (auto in : n.inputs)
+      if (plan->nodes[in].vector) {
+        driver = in;
+        break;
+      }
+    if (driver == no_node) driver = n.inputs[0];
+    const Column& d = columns[driver];
+    const bool comparison = n.op >= ir::Op::lt && n.op <= ir::Op::ne;
+    for (std::size_t i = 0; i < d.values.size(); ++i) {
+      const std::uint32_t label = d.labels[i];
+      args.clear();
+      bool fresh = false, ok = true;
+      for (auto in : n.inputs) {
+        const Column& c = columns[in];
+        std::size_t j;
+        if (!plan->nodes[in].vector) {
+          if (c.values.empty()) {
+            ok = false;
+            break;
+          }
+          j = 0;
+        } else if (in == driver) {
+          j = i;
+        } else {
+          auto it = std::lower_bound(c.labels.begin(), c.labels.end(), label);
+          if (it == c.labels.end() || *it != label) {
+            ok = false;
+            break;
+          }
+          j = static_cast<std::size_t>(it - c.labels.begin());
+        }
+        args.push_back(c.values[j]);
+        fresh |= fresh_at(in, j);
+      }
+      if (!ok) continue;
+      double v;
+      if (n.op == ir::Op::call)
+        v = n.fn->elementwise(args);
+      else if (k == 1)
+        v = interp::apply_unary(n.op, args[0]);
+      else
+        v = interp::apply_binary(n.op, args[0], args[1]);
+      out.push(label, v, fresh);
+      if (comparison) out.lhs.push_back(args[0]);
+    }
+  }
+
+  // ---- rules ----------------------------------------------------------------
+
+  /// Position of "now" on a duration's axis.
+  double coordinate(ir::Unit u, const ElemState* e) const {
+    switch (u) {
+      case ir::Unit::samples:
+      case ir::Unit::evals: return e ? static_cast<double>(e->evals) : 0;
+      case ir::Unit::steps: return static_cast<double>(step);
+      case ir::Unit::seconds: return time;
+      case ir::Unit::epochs: return epoch;
+    }
+    return nan;
+  }
+
+  bool gate(const interp::PlanRule& pr, RuleState& rs) {
+    const ir::Rule& r = pr.rule;
+    if (r.after) {
+      const auto& a = *r.after;
+      switch (a.unit) {
+        case ir::Unit::steps:
+          if (static_cast<double>(step) < a.amount) return false;
+          break;
+        case ir::Unit::samples:
+        case ir::Unit::evals:
+          if (static_cast<double>(rs.opportunities++) < a.amount) return false;
+          break;
+        case ir::Unit::seconds:
+          if (!(time >= first_time + a.amount)) return false;
+          break;
+        case ir::Unit::epochs:
+          if (!(epoch >= a.amount)) return false;
+          break;
+      }
+    }
+    if (r.every) {
+      const auto& e = *r.every;
+      switch (e.unit) {
+        case ir::Unit::samples:
+        case ir::Unit::evals:
+          if (rs.every_index++ % static_cast<std::uint64_t>(e.amount) != 0) return false;
+          break;
+        case ir::Unit::steps:
+          if (rs.has_every && static_cast<double>(step) < static_cast<double>(rs.every_step) + e.amount)
+            return false;
+          break;
+        case ir::Unit::seconds:
+          if (rs.has_every && !(time >= rs.every_time + e.amount)) return false;
+          break;
+        case ir::Unit::epochs:
+          if (rs.has_every && !(epoch >= rs.every_epoch + e.amount)) return false;
+          break;
+      }
+      rs.has_every = true;
+      rs.every_step = step;
+      rs.every_time = time;
+      rs.every_epoch = epoch;
+    }
+    return true;
+  }
+
+  void evaluate_rules() {
+    for (std::size_t ri = 0; ri < plan->rules.size(); ++ri) {
+      const auto& pr = plan->rules[ri];
+      const ir::Rule& r = pr.rule;
+      RuleState& rs = rules[ri];
+      if (!r.info.mode.empty() && r.info.mode != modes[mode]) continue;
+      const Column& root = columns[pr.root];
+      if (root.computed != obs) continue;
+      if (std::none_of(root.fresh.begin(), root.fresh.end(), [](auto f) { return f != 0; }))
+        continue;
+      if (!gate(pr, rs)) continue;
+      if (rs.elems.size() < labelsets.size()) rs.elems.resize(labelsets.size());
+      for (std::size_t i = 0; i < root.values.size(); ++i) {
+        if (!root.fresh[i]) continue;
+        const std::uint32_t label = root.labels[i];
+        ElemState& e = rs.elems[label];
+        ++e.evals;
+        const double v = root.values[i];
+        if (!(v != 0) || std::isnan(v)) {
+          e.run = 0;
+          e.fired = false;
+          continue;
+        }
+        if (++e.run == 1) {
+          e.first_step = step;
+          e.first_time = time;
+          e.first_epoch = epoch;
+        }
+        e.recent[(e.run - 1) % 8] = step;
+        if (!satisfied(r, e)) continue;
+        bool fire = !e.fired;
+        if (!fire && r.cooldown) {
+          const auto& c = *r.cooldown;
+          double since = 0;
+          switch (c.unit) {
+            case ir::Unit::samples:
+            case ir::Unit::evals: since = static_cast<double>(e.evals - e.last_fire_eval); break;
+            case ir::Unit::steps: since = static_cast<double>(step - e.last_fire_step); break;
+            case ir::Unit::seconds: since = time - e.last_fire_time; break;
+            case ir::Unit::epochs: since = epoch - e.last_fire_epoch; break;
+          }
+          fire = since >= c.amount;
+        }
+        if (!fire) continue;
+        e.fired = true;
+        e.last_fire_eval = e.evals;
+        e.last_fire_step = step;
+        e.last_fire_time = time;
+        e.last_fire_epoch = epoch;
+        Firing f;
+        f.rule = &program.rules()[ri];
+        f.step = step;
+        f.mode = modes[mode];
+        f.time = time;
+        f.severity = r.info.severity;
+        f.labels = labelsets[label].get();
+        f.value = firing_value(pr, label);
+        f.pending_since = e.first_step;
+        f.actions = &program.rules()[ri].actions;
+        firings.push_back(f);
+      }
+    }
+  }
+
+  bool satisfied(const ir::Rule& r, const ElemState& e) const {
+    if (!r.for_) return true;
+    const auto& d = *r.for_;
+    switch (d.unit) {
+      case ir::Unit::samples:
+      case ir::Unit::evals: return static_cast<double>(e.run) >= d.amount;
+      case ir::Unit::steps: return static_cast<double>(step - e.first_step) >= d.amount;
+      case ir::Unit::seconds: return time - e.first_time >= d.amount;
+      case ir::Unit::epochs: return epoch - e.first_epoch >= d.amount;
+    }
+    return false;
+  }
+
+  std::optional<double> firing_value(const interp::PlanRule& pr, std::uint32_t label) const {
+    if (pr.value_node == no_node) return std::nullopt;
+    const Column& c = columns[pr.value_node];
+    if (c.lhs.empty()) return std::nullopt;
+    if (!plan->nodes[pr.value_node].vector) return c.lhs[0];
+    auto it = std::lower_bound(c.labels.begin(), c.labels.end(), label);
+    if (it == c.labels.end() || *it != label) return std::nullopt;
+    return c.lhs[static_cast<std::size_t>(it - c.labels.begin())];
+  }
+
+  void check_bindings() {
+    if (bindings_checked) return;
+    bindings_checked = true;
+    if (options.unbound != UnboundActions::error) return;
+    auto unbound = unbound_actions();
+    if (!unbound.empty())
+      throw Error("unbound actions:\n" + format_diagnostics(unbound, program.sources()));
+  }
+
+  std::vector<Diagnostic> unbound_actions() const {
+    std::vector<Diagnostic> out;
+    for (const auto& pr : plan->rules)
+      for (std::size_t i = 0; i < pr.rule.info.actions.size(); ++i) {
+        const auto& name = pr.rule.info.actions[i].name;
+        if (callbacks.count(name)) continue;
+        const auto& [file, range] = pr.rule.action_sites[i];
+        out.push_back({DiagLevel::error, "unbound-action",
+                       fmt::format("action '{}' of rule '{}' has no callback bound", name,
+                                   pr.rule.info.name),
+                       file, range, {}, {}});
+      }
+    return out;
+  }
+
+  std::span<const Firing> observe(std::int64_t st, std::span<const Sample> samples,
+                                  const ObserveOptions& o) {
+    check_bindings();
+    firings.clear();
+    const std::uint16_t m = intern_mode(o.mode);
+    if (st < last_step_by_mode[m]) {
+      ++stats.out_of_order;
+      return {};
+    }
+    last_step_by_mode[m] = st;
+    ++obs;
+    ++stats.observations;
+    step = st;
+    mode = m;
+    time = o.time;
+    if (std::isnan(first_time) && !std::isnan(time)) first_time = time;
+    for (const auto& s : samples) ingest(s);
+    evaluate_plan();
+    force = false;
+    evaluate_rules();
+    stats.firings += firings.size();
+    for (const auto& f : firings)
+      for (const auto& a : *f.actions)
+        if (auto it = callbacks.find(a.name); it != callbacks.end() && it->second)
+          it->second(f, a);
+    return firings;
+  }
+
+  // ---- explain --------------------------------------------------------------
+
+  std::string explain(const Firing& f) const {
+    std::size_t ri = static_cast<std::size_t>(f.rule - program.rules().data());
+    if (ri >= plan->rules.size()) return {};
+    const auto& pr = plan->rules[ri];
+    std::string out;
+    const auto& src = program.sources();
+    for (auto leaf : pr.leaves) {
+      const PlanNode& n = plan->nodes[leaf];
+      const auto& text = src[n.file].text;
+      std::string_view expr = n.range.end <= text.size()
+                                  ? std::string_view(text).substr(n.range.begin,
+                                                                  n.range.end - n.range.begin)
+                                  : std::string_view{};
+      const auto& ms = members[n.selector];
+      std::size_t shown = 0;
+      for (SeriesId sid : ms) {
+        const Series& s = series[sid];
+        if (s.hist.size == 0) continue;
+        if (!f.labels->empty() && labelsets[s.labels].get() != f.labels && ms.size() > 1) continue;
+        if (++shown > 8) {
+          out += "    ...\n";
+          break;
+        }
+        std::string key = format_series_key(s.name, *labelsets[s.labels]);
+        if (n.op == ir::Op::selector) {
+          out += fmt::format("    {} = {} (step {})\n", key, s.hist.value[s.hist.newest()],
+                             s.hist.step[s.hist.newest()]);
+        } else {
+          auto w = const_cast<Impl*>(this)->window(s, n.window);
+          std::string vals;
+          const std::size_t from = w.n > 12 ? w.n - 12 : 0;
+          if (from) vals += "... ";
+          for (std::size_t i = from; i < w.n; ++i)
+            vals += fmt::format("{}{}@{}", i > from ? " " : "", w.values[i], w.steps[i]);
+          out += fmt::format("    {} over {}: {} samples [{}]\n", expr, key, w.n, vals);
+        }
+      }
+    }
+    const auto& rs = rules[ri];
+    const std::uint32_t label = [&] {
+      for (std::uint32_t i = 0; i < labelsets.size(); ++i)
+        if (labelsets[i].get() == f.labels) return i;
+      return 0u;
+    }();
+    if (label < rs.elems.size()) {
+      const auto& e = rs.elems[label];
+      std::string steps;
+      const std::int64_t k = std::min<std::int64_t>(e.run, 8);
+      for (std::int64_t i = e.run - k; i < e.run; ++i)
+        steps += fmt::format("{}{}", steps.empty() ? "" : ", ", e.recent[i % 8]);
+      out += fmt::format("    pending since step {}: {} consecutive true evaluation{} ({}{})\n",
+                         e.first_step, e.run, e.run == 1 ? "" : "s", e.run > 8 ? "..., " : "",
+                         steps);
+    }
+    return out;
+  }
+
+  // ---- state ----------------------------------------------------------------
+
+  std::string save() const {
+    Writer w;
+    w.out = "VIGILST1";
+    w.pod(program.impl().fingerprint);
+    w.pod<std::uint64_t>(modes.size());
+    for (std::size_t i = 0; i < modes.size(); ++i) {
+      w.str(modes[i]);
+      w.pod(last_step_by_mode[i]);
+    }
+    w.pod<std::uint64_t>(labelsets.size());
+    for (const auto& l : labelsets) w.str(format_series_key("x", *l));
+    w.pod<std::uint64_t>(series.size());
+    for (const auto& s : series) {
+      w.str(format_series_key(s.name, *labelsets[s.labels]));
+      w.pod(s.stamp);
+      w.pod<std::uint64_t>(s.hist.size);
+      for (std::size_t i = 0; i < s.hist.size; ++i) {
+        std::size_t p = s.hist.at(i);
+        w.pod(s.hist.value[p]);
+        w.pod(s.hist.step[p]);
+        w.pod(s.hist.time[p]);
+        w.pod(s.hist.mode[p]);
+      }
+    }
+    w.pod(obs);
+    w.pod(step);
+    w.pod(time);
+    w.pod(first_time);
+    w.pod(epoch);
+    w.pod(mode);
+    w.pod(stats);
+    for (const auto& sl : slots) w.vec(sl);
+    for (const auto& r : rules) {
+      w.vec(r.elems);
+      w.pod(r.opportunities);
+      w.pod(r.every_index);
+      w.pod(r.has_every);
+      w.pod(r.every_step);
+      w.pod(r.every_time);
+      w.pod(r.every_epoch);
+    }
+    return std::move(w.out);
+  }
+
+  void restore(std::string_view bytes) {
+    if (bytes.substr(0, 8) != "VIGILST1") throw Error("not a Vigil engine state");
+    Reader r{bytes.substr(8)};
+    if (r.pod<std::uint64_t>() != program.impl().fingerprint)
+      throw Error("engine state was saved by a different rule program");
+    Impl fresh(program, options);
+    fresh.callbacks = callbacks;
+    fresh.bindings_checked = bindings_checked;
+    fresh.modes.clear();
+    fresh.last_step_by_mode.clear();
+    for (auto n = r.count(); n-- > 0;) {
+      fresh.modes.push_back(r.str());
+      fresh.last_step_by_mode.push_back(r.pod<std::int64_t>());
+    }
+    if (fresh.modes.size() < 2 || fresh.modes[0] != "train" || fresh.modes[1] != "eval")
+      throw Error("engine state is corrupt (modes)");
+    auto nlabels = r.count();
+    for (std::uint64_t i = 0; i < nlabels; ++i) {
+      std::string name;
+      Labels labels;
+      if (!parse_series_key(r.str(), name, labels)) throw Error("engine state is corrupt (labels)");
+      if (fresh.intern_labels(labels) != i) throw Error("engine state is corrupt (label order)");
+    }
+    for (auto n = r.count(); n-- > 0;) {
+      auto key = r.str();
+      auto id = fresh.intern_series(key);
+      if (!id || *id != fresh.series.size() - 1) throw Error("engine state is corrupt (series)");
+      Series& s = fresh.series[*id];
+      s.stamp = r.pod<std::uint64_t>();
+      auto size = r.count(8);
+      s.hist.reserve(std::max<std::size_t>({s.hist.cap, static_cast<std::size_t>(size), 2}));
+      for (std::uint64_t i = 0; i < size; ++i) {
+        double v = r.pod<double>();
+        auto st = r.pod<std::int64_t>();
+        double t = r.pod<double>();
+        auto m = r.pod<std::uint16_t>();
+        if (m >= fresh.modes.size()) throw Error("engine state is corrupt (mode)");
+        s.hist.put(v, st, t, m);
+        if (m == 1) ++s.hist.evals;
+      }
+    }
+    if (fresh.labelsets.size() != nlabels) throw Error("engine state is corrupt (labels)");
+    fresh.obs = r.pod<std::uint64_t>();
+    fresh.step = r.pod<std::int64_t>();
+    fresh.time = r.pod<double>();
+    fresh.first_time = r.pod<double>();
+    fresh.epoch = r.pod<double>();
+    fresh.mode = r.pod<std::uint16_t>();
+    fresh.stats = r.pod<EngineStats>();
+    for (auto& sl : fresh.slots) sl = r.vec<StatefulSlot>();
+    for (auto& rs : fresh.rules) {
+      rs.elems = r.vec<ElemState>();
+      rs.opportunities = r.pod<std::uint64_t>();
+      rs.every_index = r.pod<std::uint64_t>();
+      rs.has_every = r.pod<bool>();
+      rs.every_step = r.pod<std::int64_t>();
+      rs.every_time = r.pod<double>();
+      rs.every_epoch = r.pod<double>();
+    }
+    if (!r.in.empty()) throw Error("engine state has trailing bytes");
+    fresh.force = true;
+    *this = std::move(fresh);
+  }
+};
+
+Engine::Engine(Program program, EngineOptions options) {
+  if (!options.params.empty()) {
+    auto result = recompile_with(program, options.params);
+    if (!result.ok()) throw Error("bad engine params:\n" + result.format_diagnostics());
+    program = *result.program;
+  }
+  impl_ = std::make_unique<Impl>(std::move(program), std::move(options));
+}
+Engine::~Engine() = default;
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+const Program& Engine::program() const { return impl_->program; }
+
+void Engine::on(std::string_view action, ActionCallback callback) {
+  impl_->callbacks[std::string(action)] = std::move(callback);
+}
+
+std::vector<Diagnostic> Engine::unbound_actions() const { return impl_->unbound_actions(); }
+
+std::optional<SeriesId> Engine::series(std::string_view key) { return impl_->intern_series(key); }
+
+std::optional<SeriesId> Engine::series(std::string_view name, const Labels& labels) {
+  Labels sorted = labels;
+  std::sort(sorted.begin(), sorted.end());
+  return impl_->intern_series(format_series_key(name, sorted));
+}
+
+std::span<const Firing> Engine::observe(std::int64_t step, std::span<const Sample> samples,
+                                        const ObserveOptions& options) {
+  return impl_->observe(step, samples, options);
+}
+
+std::span<const Firing> Engine::observe(
+    std::int64_t step, std::initializer_list<std::pair<std::string_view, double>> values,
+    const ObserveOptions& options) {
+  std::vector<Sample> samples;
+  samples.reserve(values.size());
+  for (const auto& [key, v] : values)
+    if (auto id = impl_->intern_series(key)) samples.push_back({*id, v});
+  return impl_->observe(step, samples, options);
+}
+
+std::string Engine::explain(const Firing& firing) const { return impl_->explain(firing); }
+std::string Engine::save_state() const { return impl_->save(); }
+void Engine::restore_state(std::string_view bytes) { impl_->restore(bytes); }
+const EngineStats& Engine::stats() const { return impl_->stats; }
+
+}  // namespace vigil

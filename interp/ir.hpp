@@ -1,0 +1,81 @@
+// Checked IR: the output of the checker. Names are resolved (params and
+// template arguments substituted, lets expanded), every node is typed, calls
+// are bound to a registry overload, durations are normalised. Rules are
+// fully instantiated (templates never appear here).
+//
+// The IR is a tree owned by the Rule; the planner turns the trees of all
+// rules into one shared DAG.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stdlib/functions.hpp"
+#include "vigil/diagnostic.hpp"
+#include "vigil/program.hpp"
+
+namespace vigil::ir {
+
+/// A normalised duration: counts (samples, evals), steps, seconds or epochs.
+enum class Unit { samples, evals, steps, seconds, epochs };
+
+struct Dur {
+  Unit unit = Unit::samples;
+  double amount = 0;
+};
+
+enum class MatchOp { eq, ne, re, nre };
+
+struct Matcher {
+  std::string label;
+  MatchOp op = MatchOp::eq;
+  std::string value;
+};
+
+/// A series selector; `x` alone is a selector with no matchers.
+struct Selector {
+  std::string name;
+  std::vector<Matcher> matchers;  // in source order
+};
+
+enum class Op {
+  constant,  // number or boolean literal, folded param
+  selector,  // vector of the latest samples
+  neg, not_,
+  add, sub, mul, div, mod, pow,
+  lt, le, gt, ge, eq, ne,
+  and_, or_,
+  call,      // elementwise / aggregate / stateful over `args`
+  range_call,  // range function over `selector`[`window`] (+ constant args)
+};
+
+enum class Type { number, boolean };
+
+struct Node {
+  Op op = Op::constant;
+  Type type = Type::number;
+  bool vector = false;  // may carry labels (depends on a selector, not aggregated)
+  double constant = 0;  // Op::constant
+  Selector selector;    // Op::selector, Op::range_call
+  Dur window;           // Op::range_call
+  const stdlib::FunctionDef* fn = nullptr;  // call, range_call
+  std::vector<double> const_args;           // range_call/stateful: constant params, in order
+  std::vector<std::unique_ptr<Node>> args;  // operands / non-constant arguments
+  std::uint32_t file = 0;
+  SourceRange range;
+};
+
+using NodePtr = std::unique_ptr<Node>;
+
+struct Rule {
+  RuleInfo info;
+  NodePtr condition;  // boolean
+  std::optional<Dur> for_, after, every, cooldown;
+  /// Where each `do` action is written, parallel to info.actions.
+  std::vector<std::pair<std::uint32_t, SourceRange>> action_sites;
+};
+
+}  // namespace vigil::ir

@@ -1,0 +1,210 @@
+// IR trees -> one DAG with shared subexpressions and folded constants.
+#include <cmath>
+#include <cstring>
+#include <fmt/format.h>
+#include <unordered_map>
+
+#include "interp/plan.hpp"
+
+namespace vigil::interp {
+
+double apply_unary(ir::Op op, double a) {
+  return op == ir::Op::neg ? -a : (a != 0 && !std::isnan(a) ? 0.0 : 1.0);
+}
+
+double apply_binary(ir::Op op, double a, double b) {
+  const bool nan = std::isnan(a) || std::isnan(b);
+  switch (op) {
+    case ir::Op::add: return a + b;
+    case ir::Op::sub: return a - b;
+    case ir::Op::mul: return a * b;
+    case ir::Op::div: return a / b;
+    case ir::Op::mod: return std::fmod(a, b);
+    case ir::Op::pow: return std::pow(a, b);
+    case ir::Op::lt: return !nan && a < b;
+    case ir::Op::le: return !nan && a <= b;
+    case ir::Op::gt: return !nan && a > b;
+    case ir::Op::ge: return !nan && a >= b;
+    case ir::Op::eq: return !nan && a == b;
+    case ir::Op::ne: return !nan && a != b;
+    case ir::Op::and_: return (a != 0 && !std::isnan(a)) && (b != 0 && !std::isnan(b));
+    case ir::Op::or_: return (a != 0 && !std::isnan(a)) || (b != 0 && !std::isnan(b));
+    default: return std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
+bool PlanSelector::matches(std::string_view name,
+                           const std::vector<std::pair<std::string, std::string>>& labels) const {
+  if (name != selector.name) return false;
+  for (std::size_t i = 0; i < selector.matchers.size(); ++i) {
+    const auto& m = selector.matchers[i];
+    std::string_view value;  // a missing label matches as ""
+    for (const auto& [k, v] : labels)
+      if (k == m.label) value = v;
+    bool ok = false;
+    switch (m.op) {
+      case ir::MatchOp::eq: ok = value == m.value; break;
+      case ir::MatchOp::ne: ok = value != m.value; break;
+      case ir::MatchOp::re: ok = RE2::FullMatch(value, *regexes[i]); break;
+      case ir::MatchOp::nre: ok = !RE2::FullMatch(value, *regexes[i]); break;
+    }
+    if (!ok) return false;
+  }
+  return true;
+}
+
+namespace {
+
+bool is_comparison(ir::Op op) { return op >= ir::Op::lt && op <= ir::Op::ne; }
+
+bool pure_elementwise(const PlanNode& n) {
+  switch (n.op) {
+    case ir::Op::neg: case ir::Op::not_:
+    case ir::Op::add: case ir::Op::sub: case ir::Op::mul: case ir::Op::div: case ir::Op::mod:
+    case ir::Op::pow: case ir::Op::lt: case ir::Op::le: case ir::Op::gt: case ir::Op::ge:
+    case ir::Op::eq: case ir::Op::ne: case ir::Op::and_: case ir::Op::or_:
+      return true;
+    case ir::Op::call: return n.fn->kind == stdlib::FnKind::elementwise;
+    default: return false;
+  }
+}
+
+class Planner {
+ public:
+  Plan run(std::vector<ir::Rule> rules) {
+    for (auto& r : rules) {
+      PlanRule pr;
+      pr.root = add(*r.condition);
+      pr.value_node = deciding_comparison(pr.root);
+      collect_leaves(pr.root, pr.leaves);
+      r.condition.reset();
+      pr.rule = std::move(r);
+      plan_.rules.push_back(std::move(pr));
+    }
+    return std::move(plan_);
+  }
+
+ private:
+  std::uint32_t deciding_comparison(std::uint32_t id) const {
+    const auto& n = plan_.nodes[id];
+    if (is_comparison(n.op)) return id;
+    if (n.op == ir::Op::and_ || n.op == ir::Op::or_) return deciding_comparison(n.inputs[0]);
+    return no_node;
+  }
+
+  void collect_leaves(std::uint32_t id, std::vector<std::uint32_t>& out) const {
+    const auto& n = plan_.nodes[id];
+    if (n.op == ir::Op::selector || n.op == ir::Op::range_call) {
+      if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+      return;
+    }
+    for (auto in : n.inputs) collect_leaves(in, out);
+  }
+
+  std::uint32_t selector_id(const ir::Selector& s) {
+    std::string key = s.name;
+    for (const auto& m : s.matchers)
+      key += fmt::format("\x1f{}\x1e{}\x1e{}", m.label, static_cast<int>(m.op), m.value);
+    auto [it, added] = selectors_.try_emplace(key, plan_.selectors.size());
+    if (added) {
+      PlanSelector ps{s, {}, {}};
+      for (const auto& m : s.matchers) {
+        std::shared_ptr<const RE2> re;
+        if (m.op == ir::MatchOp::re || m.op == ir::MatchOp::nre)
+          re = std::make_shared<const RE2>(m.value, RE2::Quiet);
+        ps.regexes.push_back(std::move(re));
+      }
+      plan_.selectors.push_back(std::move(ps));
+    }
+    return it->second;
+  }
+
+  std::uint32_t add(const ir::Node& n) {
+    PlanNode p;
+    p.op = n.op;
+    p.type = n.type;
+    p.vector = n.vector;
+    p.constant = n.constant;
+    p.window = n.window;
+    p.fn = n.fn;
+    p.const_args = n.const_args;
+    p.file = n.file;
+    p.range = n.range;
+    for (const auto& a : n.args) p.inputs.push_back(add(*a));
+    if (n.op == ir::Op::selector || n.op == ir::Op::range_call) p.selector = selector_id(n.selector);
+    fold(p);
+
+    // Structural key: equal keys compute equal values (CSE).
+    std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", static_cast<int>(p.op),
+                                  static_cast<int>(p.type), p.vector, bits(p.constant),
+                                  p.selector, static_cast<int>(p.window.unit),
+                                  bits(p.window.amount));
+    key += fmt::format("|{}", static_cast<const void*>(p.fn));
+    for (double c : p.const_args) key += fmt::format(",{}", bits(c));
+    for (auto in : p.inputs) key += fmt::format(";{}", in);
+    auto [it, added] = nodes_.try_emplace(key, static_cast<std::uint32_t>(plan_.nodes.size()));
+    if (!added) return it->second;
+
+    if (p.op == ir::Op::range_call) {
+      auto& r = plan_.selectors[p.selector].retention;
+      switch (p.window.unit) {
+        case ir::Unit::samples:
+          r.count = std::max(r.count, static_cast<std::size_t>(p.window.amount));
+          break;
+        case ir::Unit::evals:
+          r.evals = std::max(r.evals, static_cast<std::size_t>(p.window.amount));
+          break;
+        case ir::Unit::steps:
+          r.steps = std::max(r.steps, p.window.amount);
+          p.time_dependent = true;
+          break;
+        case ir::Unit::seconds:
+          r.seconds = std::max(r.seconds, p.window.amount);
+          p.time_dependent = true;
+          break;
+        case ir::Unit::epochs: break;  // rejected by the checker
+      }
+    }
+    for (auto in : p.inputs) p.time_dependent |= plan_.nodes[in].time_dependent;
+    plan_.nodes.push_back(std::move(p));
+    return it->second;
+  }
+
+  /// Replaces a pure node whose inputs are all constants by its value.
+  void fold(PlanNode& p) {
+    if (p.inputs.empty() || !pure_elementwise(p)) return;
+    std::vector<double> args;
+    for (auto in : p.inputs) {
+      if (plan_.nodes[in].op != ir::Op::constant) return;
+      args.push_back(plan_.nodes[in].constant);
+    }
+    double v = 0;
+    if (p.op == ir::Op::call)
+      v = p.fn->elementwise(args);
+    else if (args.size() == 1)
+      v = apply_unary(p.op, args[0]);
+    else
+      v = apply_binary(p.op, args[0], args[1]);
+    p.op = ir::Op::constant;
+    p.constant = v;
+    p.fn = nullptr;
+    p.inputs.clear();
+    p.vector = false;
+  }
+
+  static std::uint64_t bits(double d) {
+    std::uint64_t b;
+    std::memcpy(&b, &d, sizeof b);
+    return b;
+  }
+
+  Plan plan_;
+  std::unordered_map<std::string, std::uint32_t> nodes_;
+  std::unordered_map<std::string, std::uint32_t> selectors_;
+};
+
+}  // namespace
+
+Plan make_plan(std::vector<ir::Rule> rules) { return Planner().run(std::move(rules)); }
+
+}  // namespace vigil::interp

@@ -1,0 +1,278 @@
+// End-to-end tests of the rulecheck binary (SPEC §5): exit statuses, the JSON
+// firing format field by field, text output, warnings, --param/--from/--to.
+// Each test runs the built binary in tests/cli/data so paths print as given.
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Result {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `rulecheck ARGS` (ARGS is shell text) in the data directory.
+Result rulecheck(const std::string& args) {
+  const fs::path tmp = fs::temp_directory_path();
+  const std::string tag = std::to_string(::getpid());
+  const fs::path out = tmp / ("vigil_cli_out_" + tag), err = tmp / ("vigil_cli_err_" + tag);
+  const std::string cmd = "cd '" VIGIL_CLI_TEST_DATA "' && '" RULECHECK_PATH "' " + args + " >'" +
+                          out.string() + "' 2>'" + err.string() + "'";
+  const int raw = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  fs::remove(out);
+  fs::remove(err);
+  return r;
+}
+
+std::vector<nlohmann::ordered_json> json_lines(const std::string& text) {
+  std::vector<nlohmann::ordered_json> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(nlohmann::ordered_json::parse(line));
+  return lines;
+}
+
+std::vector<std::string> keys(const nlohmann::ordered_json& j) {
+  std::vector<std::string> k;
+  for (const auto& [key, _] : j.items()) k.push_back(key);
+  return k;
+}
+
+// "rule@step" for each firing, in output order.
+std::vector<std::string> firing_ids(const std::string& json_output) {
+  std::vector<std::string> ids;
+  for (const auto& j : json_lines(json_output))
+    ids.push_back(j["rule"].get<std::string>() + "@" + std::to_string(j["step"].get<long>()));
+  return ids;
+}
+
+TEST(Check, ValidFileExitsZeroQuietly) {
+  const auto r = rulecheck("check basic.rules");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(Check, SyntaxErrorExitsTwoWithPositionedDiagnostic) {
+  const auto r = rulecheck("check basic.rules bad.rules");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("bad.rules:2:"));
+  EXPECT_THAT(r.err, HasSubstr(": error: "));
+}
+
+TEST(Run, JsonFieldsFieldForField) {
+  const auto r = rulecheck("run basic.rules --trace basic.jsonl --format json");
+  ASSERT_EQ(r.status, 1) << r.err;
+  const auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  const std::vector<std::string> order = {"rule",  "step",   "mode",    "time",          "severity",
+                                          "labels", "value", "actions", "pending_since", "trace"};
+  for (const auto& j : lines) EXPECT_EQ(keys(j), order) << j.dump();
+
+  const auto& a = lines[0];
+  EXPECT_EQ(a["rule"], "loss_high");
+  EXPECT_EQ(a["step"], 3);
+  EXPECT_EQ(a["mode"], "train");
+  EXPECT_EQ(a["time"], 1003.0);
+  EXPECT_EQ(a["severity"], "error");
+  EXPECT_EQ(a["labels"], nlohmann::ordered_json::object());
+  EXPECT_EQ(a["value"], 7.0);
+  EXPECT_EQ(a["actions"], nlohmann::ordered_json::array({"alert", "log"}));
+  EXPECT_EQ(a["pending_since"], 2);
+  EXPECT_EQ(a["trace"], "basic.jsonl");
+
+  const auto& b = lines[1];
+  EXPECT_EQ(b["rule"], "exploding_grad");
+  EXPECT_EQ(b["step"], 4);
+  EXPECT_EQ(b["time"], 1004.0);
+  EXPECT_EQ(b["severity"], "critical");
+  EXPECT_EQ(b["labels"], nlohmann::ordered_json({{"layer", "conv1.weight"}}));
+  EXPECT_EQ(b["value"], 4e5);
+  EXPECT_EQ(b["actions"], nlohmann::ordered_json::array({"pause_and_snapshot"}));
+  EXPECT_EQ(b["pending_since"], 2);
+
+  const auto& c = lines[2];  // edge-triggered: fires again only after a false evaluation
+  EXPECT_EQ(c["rule"], "loss_high");
+  EXPECT_EQ(c["step"], 7);
+  EXPECT_TRUE(c["time"].is_null());  // step 7 has no time
+  EXPECT_EQ(c["value"], 9.5);
+  EXPECT_EQ(c["pending_since"], 6);
+
+  EXPECT_THAT(r.err, HasSubstr("3 firings of 2 rules over 7 observations"));
+}
+
+TEST(Run, TextFormat) {
+  const auto r = rulecheck("run basic.rules --trace basic.jsonl");
+  ASSERT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.out,
+            "step 3 [train] loss_high (error) value=7 -> alert, log\n"
+            "step 4 [train] exploding_grad (critical) {layer=\"conv1.weight\"} value=400000 -> "
+            "pause_and_snapshot\n"
+            "step 7 [train] loss_high (error) value=9.5 -> alert, log\n");
+}
+
+TEST(Run, ExplainIsIndentedUnderItsFiring) {
+  const auto r = rulecheck("run basic.rules --trace basic.jsonl --explain");
+  ASSERT_EQ(r.status, 1) << r.err;
+  std::istringstream in(r.out);
+  std::string first, second;
+  std::getline(in, first);
+  std::getline(in, second);
+  EXPECT_EQ(first, "step 3 [train] loss_high (error) value=7 -> alert, log");
+  EXPECT_TRUE(second.starts_with("    ")) << r.out;
+}
+
+TEST(Run, NothingFiresExitsZero) {
+  const auto r = rulecheck("run quiet.rules --trace basic.jsonl --format json");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("0 firings of 0 rules over 7 observations"));
+}
+
+TEST(Run, AnonymousRuleIsNamedFileLine) {
+  const auto r = rulecheck("run anon.rules --trace basic.jsonl --format json");
+  ASSERT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(firing_ids(r.out), std::vector<std::string>{"anon.rules:2@6"});
+}
+
+TEST(Run, ParamOverridesTheFile) {
+  auto r = rulecheck("run basic.rules --trace basic.jsonl --format json --param limit=8");
+  ASSERT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(firing_ids(r.out), (std::vector<std::string>{"exploding_grad@4", "loss_high@7"}));
+
+  r = rulecheck("run basic.rules --param limit=100 --param limit=1000 --trace basic.jsonl --format json");
+  ASSERT_EQ(r.status, 1) << r.err;  // the last of repeated params wins
+  EXPECT_EQ(firing_ids(r.out), std::vector<std::string>{"exploding_grad@4"});
+
+  r = rulecheck("run basic.rules --trace basic.jsonl --param nonsense");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("--param expects KEY=VALUE"));
+
+  r = rulecheck("run basic.rules --trace basic.jsonl --param undeclared=1");
+  EXPECT_EQ(r.status, 2);  // overriding an undeclared param is a compile error
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(Run, FromAndToLimitTheSteps) {
+  auto r = rulecheck("run basic.rules --trace basic.jsonl --format json --from 5");
+  ASSERT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(firing_ids(r.out), std::vector<std::string>{"loss_high@7"});
+  EXPECT_THAT(r.err, HasSubstr("1 firing of 1 rule over 3 observations"));
+
+  r = rulecheck("run basic.rules --trace basic.jsonl --format json --to 3");
+  ASSERT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(firing_ids(r.out), std::vector<std::string>{"loss_high@3"});
+
+  // One true evaluation of a `for 2 samples` rule is not enough.
+  r = rulecheck("run basic.rules --trace basic.jsonl --from 4 --to 4");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+
+  r = rulecheck("run basic.rules --trace basic.jsonl --from 5 --to 4");
+  EXPECT_EQ(r.status, 2);
+}
+
+TEST(Run, MissingSeriesWarningWithSuggestion) {
+  const auto r = rulecheck("run missing.rules --trace basic.jsonl");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("missing.rules:3:10: warning: series 'gradnorm' never appears in "
+                               "trace 'basic.jsonl'; did you mean 'grad_norm'?"));
+  EXPECT_THAT(r.err, HasSubstr("warning: series 'val_acc' never appears in trace 'basic.jsonl'\n"));
+  // Series the trace has are not reported.
+  EXPECT_THAT(r.err, Not(HasSubstr("series 'loss'")));
+}
+
+TEST(Run, SeveralTracesEachGetAFreshEngine) {
+  const auto r = rulecheck("run basic.rules --trace basic.jsonl ./basic.jsonl --format json");
+  ASSERT_EQ(r.status, 1) << r.err;
+  const auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines[0]["trace"], "basic.jsonl");
+  EXPECT_EQ(lines[3]["trace"], "./basic.jsonl");
+  EXPECT_EQ(lines[3]["step"], 3);  // state did not carry over from the first trace
+}
+
+TEST(Run, DamagedTraceKeepsPrefixFiringsAndExitsTwo) {
+  const auto r = rulecheck("run basic.rules --trace damaged.jsonl --format json");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(firing_ids(r.out), std::vector<std::string>{"loss_high@3"});
+  EXPECT_THAT(r.err, HasSubstr("damaged.jsonl:4: truncated record (unexpected end of line)\n"));
+}
+
+TEST(Run, TraceErrorsExitTwo) {
+  auto r = rulecheck("run basic.rules --trace table.csv");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("table.csv: byte 0: unknown trace format"));
+
+  r = rulecheck("run basic.rules --trace no_such.jsonl");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("no_such.jsonl: byte 0: cannot open"));
+}
+
+TEST(Run, RuleErrorsExitTwoBeforeReading) {
+  const auto r = rulecheck("run bad.rules --trace basic.jsonl");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("bad.rules:2:"));
+}
+
+TEST(Usage, ErrorsExitTwoWithUsageOnStderr) {
+  for (const char* args : {"", "frobnicate", "run basic.rules", "run basic.rules --trace",
+                           "run basic.rules --trace basic.jsonl --bogus",
+                           "run basic.rules --trace basic.jsonl --format xml",
+                           "run basic.rules --trace basic.jsonl --from soon", "check"}) {
+    SCOPED_TRACE(args);
+    const auto r = rulecheck(args);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_EQ(r.out, "");
+    EXPECT_THAT(r.err, HasSubstr("rulecheck: "));
+    EXPECT_THAT(r.err, HasSubstr("Usage:"));
+  }
+}
+
+TEST(Usage, HelpListsPlannedSubcommands) {
+  const auto r = rulecheck("--help");
+  EXPECT_EQ(r.status, 0);
+  for (const char* sub : {"check", "run", "test", "watch", "report", "stdlib"})
+    EXPECT_THAT(r.out, HasSubstr(sub));
+}
+
+TEST(Usage, PlannedSubcommandsAreRefused) {
+  for (const char* sub : {"test x.rtest", "watch a.rules --trace t.jsonl", "report a.rules", "stdlib"}) {
+    SCOPED_TRACE(sub);
+    const auto r = rulecheck(sub);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_THAT(r.err, HasSubstr("not implemented yet"));
+  }
+}
+
+}  // namespace

@@ -1,0 +1,403 @@
+#include "tests/reference/reference_evaluator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <regex>
+#include <sstream>
+#include <type_traits>
+
+namespace vigil::reference {
+
+namespace {
+
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+bool same_double(double a, double b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  return std::memcmp(&a, &b, sizeof a) == 0 || a == b;  // 0.0 == -0.0 too
+}
+
+template <class T>
+const T* as(const ast::Expr& e) {
+  return std::get_if<T>(&e.node);
+}
+
+/// Reductions over the samples of a window, by the letter of semantics.md:
+/// a NaN sample makes every numeric reduction NaN except count/first/last.
+double reduce(const std::string& fn, const std::vector<double>& v) {
+  if (fn == "count") return static_cast<double>(v.size());
+  if (fn == "first") return v.front();
+  if (fn == "last") return v.back();
+  for (double x : v)
+    if (std::isnan(x)) return nan;
+  if (fn == "delta") return v.back() - v.front();
+  if (fn == "min") return *std::min_element(v.begin(), v.end());
+  if (fn == "max") return *std::max_element(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;  // the generator's values are exact in binary
+  if (fn == "sum") return sum;
+  if (fn == "mean") return sum / static_cast<double>(v.size());
+  return nan;
+}
+
+bool is_range_fn(const std::string& fn) {
+  return fn == "mean" || fn == "min" || fn == "max" || fn == "sum" || fn == "count" ||
+         fn == "delta" || fn == "first" || fn == "last";
+}
+
+}  // namespace
+
+bool operator==(const Firing& a, const Firing& b) {
+  if (a.rule != b.rule || a.step != b.step || a.labels != b.labels ||
+      a.pending_since != b.pending_since || a.value.has_value() != b.value.has_value())
+    return false;
+  return !a.value || same_double(*a.value, *b.value);
+}
+
+std::string labels_string(const Labels& labels) {
+  std::string out;
+  for (const auto& [k, v] : labels) {
+    if (!out.empty()) out += ',';
+    out += k + "=" + v;
+  }
+  return out;
+}
+
+std::string to_string(const Firing& f) {
+  std::ostringstream os;
+  os << f.rule << " @" << f.step << " {" << f.labels << "} value=";
+  if (f.value)
+    os << *f.value;
+  else
+    os << "none";
+  os << " pending_since=" << f.pending_since;
+  return os.str();
+}
+
+Evaluator::Evaluator(const std::string& text) {
+  std::uint32_t file = sources_.add("gen.rules", text);
+  parsed_ = grammar::parse(sources_, file);
+  if (!parsed_.ok()) {
+    error_ = format_diagnostics(parsed_.diagnostics, sources_);
+    return;
+  }
+  for (const auto& st : parsed_.file.statements) {
+    const auto* decl = std::get_if<ast::RuleDecl>(&st);
+    if (decl == nullptr || decl->is_template || decl->name.empty() || !decl->clauses.when) {
+      error_ = "reference supports named non-template rules only";
+      return;
+    }
+    Rule r;
+    r.name = decl->name;
+    r.when = decl->clauses.when.get();
+    r.for_ = span(decl->clauses.for_);
+    r.after = span(decl->clauses.after);
+    r.every = span(decl->clauses.every);
+    r.cooldown = span(decl->clauses.cooldown);
+    r.mode = decl->clauses.mode;
+    if (!error_.empty()) return;
+    if (!check(*r.when)) {
+      error_ = "reference does not support the condition of rule " + r.name;
+      return;
+    }
+    rules_.push_back(std::move(r));
+  }
+}
+
+std::optional<Evaluator::Span> Evaluator::span(const ast::ExprPtr& e) {
+  if (!e) return std::nullopt;
+  const auto* d = as<ast::Duration>(*e);
+  const ast::Number* n = d && d->amount ? as<ast::Number>(*d->amount) : nullptr;
+  if (n == nullptr || (d->unit != ast::DurUnit::samples && d->unit != ast::DurUnit::steps)) {
+    error_ = "reference supports only `N samples|steps` durations";
+    return std::nullopt;
+  }
+  return Span{d->unit, static_cast<std::int64_t>(n->value)};
+}
+
+bool Evaluator::check(const ast::Expr& e) {
+  return std::visit(
+      [&](const auto& n) -> bool {
+        using T = std::decay_t<decltype(n)>;
+        if constexpr (std::is_same_v<T, ast::Number>) {
+          return true;
+        } else if constexpr (std::is_same_v<T, ast::Name> || std::is_same_v<T, ast::Selector>) {
+          return true;
+        } else if constexpr (std::is_same_v<T, ast::Unary>) {
+          return check(*n.operand);
+        } else if constexpr (std::is_same_v<T, ast::Binary>) {
+          return check(*n.lhs) && check(*n.rhs);
+        } else if constexpr (std::is_same_v<T, ast::Call>) {
+          if (n.args.size() != 1) return false;
+          if (const auto* s = as<ast::Subscript>(*n.args[0])) {
+            if (!is_range_fn(n.fn)) return false;
+            if (!as<ast::Name>(*s->base) && !as<ast::Selector>(*s->base)) return false;
+            if (const auto* num = as<ast::Number>(*s->size)) return num->value >= 1;
+            const auto* d = as<ast::Duration>(*s->size);
+            return d && d->amount && as<ast::Number>(*d->amount) &&
+                   (d->unit == ast::DurUnit::samples || d->unit == ast::DurUnit::steps);
+          }
+          if (n.fn == "abs" || n.fn == "is_nan" || n.fn == "max" || n.fn == "min" || n.fn == "sum")
+            return check(*n.args[0]);
+          return false;
+        } else {
+          return false;
+        }
+      },
+      e.node);
+}
+
+std::vector<const Evaluator::Series*> Evaluator::select(const ast::Expr& base) const {
+  std::string name;
+  const std::vector<ast::LabelMatcher>* matchers = nullptr;
+  if (const auto* n = as<ast::Name>(base)) {
+    name = n->name;
+  } else if (const auto* s = as<ast::Selector>(base)) {
+    name = s->name;
+    matchers = &s->matchers;
+  }
+  std::vector<const Series*> out;
+  for (const auto& [key, series] : series_) {
+    if (series.name != name || series.history.empty()) continue;
+    bool ok = true;
+    for (std::size_t i = 0; ok && matchers && i < matchers->size(); ++i) {
+      const auto& m = (*matchers)[i];
+      std::string value;  // a missing label matches as ""
+      for (const auto& [k, v] : series.labels)
+        if (k == m.label) value = v;
+      switch (m.op) {
+        case ast::MatchOp::eq: ok = value == m.value; break;
+        case ast::MatchOp::ne: ok = value != m.value; break;
+        // std::regex_match is a whole-string match: anchored, as RE2 FullMatch.
+        case ast::MatchOp::re: ok = std::regex_match(value, std::regex(m.value)); break;
+        case ast::MatchOp::nre: ok = !std::regex_match(value, std::regex(m.value)); break;
+      }
+    }
+    if (ok) out.push_back(&series);
+  }
+  return out;
+}
+
+Evaluator::Value Evaluator::eval_range(const std::string& fn, const ast::Subscript& s) const {
+  Value out;
+  std::int64_t amount = 0;
+  bool by_steps = false;
+  if (const auto* num = as<ast::Number>(*s.size)) {
+    amount = static_cast<std::int64_t>(num->value);
+  } else {
+    const auto& d = std::get<ast::Duration>(s.size->node);
+    amount = static_cast<std::int64_t>(std::get<ast::Number>(d.amount->node).value);
+    by_steps = d.unit == ast::DurUnit::steps;
+  }
+  for (const Series* series : select(*s.base)) {
+    std::vector<double> window;
+    const auto& h = series->history;
+    if (by_steps) {
+      for (const auto& sm : h)
+        if (sm.step > step_ - amount && sm.step <= step_) window.push_back(sm.value);
+      std::size_t need = fn == "delta" ? 2 : 1;
+      if (window.size() < need) continue;
+    } else {
+      if (h.size() < static_cast<std::size_t>(amount)) continue;
+      for (std::size_t i = h.size() - static_cast<std::size_t>(amount); i < h.size(); ++i)
+        window.push_back(h[i].value);
+    }
+    Elem e;
+    e.num = reduce(fn, window);
+    e.fresh = h.back().obs == obs_index_;
+    out.elems[series->labels] = e;
+  }
+  return out;
+}
+
+Evaluator::Value Evaluator::eval_call(const ast::Call& c) const {
+  if (const auto* s = as<ast::Subscript>(*c.args[0])) return eval_range(c.fn, *s);
+  Value arg = eval(*c.args[0]);
+  if (c.fn == "abs" || c.fn == "is_nan") {
+    for (auto& [labels, e] : arg.elems) {
+      if (c.fn == "abs") {
+        e.num = std::fabs(e.num);
+      } else {
+        e.truth = std::isnan(e.num);
+      }
+      e.decide.reset();
+    }
+    return arg;
+  }
+  // Aggregation max/min/sum: one scalar, undefined over an empty vector.
+  Value out;
+  out.scalar = true;
+  if (arg.elems.empty()) return out;
+  Elem r;
+  bool first = true;
+  for (const auto& [labels, e] : arg.elems) {
+    r.fresh = r.fresh || e.fresh;
+    if (first) {
+      r.num = e.num;
+      first = false;
+      continue;
+    }
+    if (std::isnan(r.num) || std::isnan(e.num)) {
+      r.num = nan;  // NaN propagates through aggregations as through ranges
+    } else if (c.fn == "max") {
+      r.num = std::max(r.num, e.num);
+    } else if (c.fn == "min") {
+      r.num = std::min(r.num, e.num);
+    } else {
+      r.num += e.num;
+    }
+  }
+  out.elems[{}] = r;
+  return out;
+}
+
+Evaluator::Value Evaluator::eval(const ast::Expr& e) const {
+  if (const auto* n = as<ast::Number>(e)) {
+    Value v;
+    v.scalar = true;
+    v.elems[{}] = Elem{n->value, false, false, std::nullopt};
+    return v;
+  }
+  if (as<ast::Name>(e) || as<ast::Selector>(e)) {
+    Value v;
+    for (const Series* s : select(e))
+      v.elems[s->labels] = Elem{s->history.back().value, false, s->history.back().obs == obs_index_,
+                                std::nullopt};
+    return v;
+  }
+  if (const auto* u = as<ast::Unary>(e)) {
+    Value v = eval(*u->operand);
+    for (auto& [labels, el] : v.elems) {
+      if (u->op == ast::UnaryOp::neg)
+        el.num = -el.num;
+      else
+        el.truth = !el.truth;
+      el.decide.reset();
+    }
+    return v;
+  }
+  if (const auto* c = as<ast::Call>(e)) return eval_call(*c);
+  const auto& b = std::get<ast::Binary>(e.node);
+  Value l = eval(*b.lhs);
+  Value r = eval(*b.rhs);
+  auto combine = [&](const Elem& x, const Elem& y) {
+    Elem o;
+    o.fresh = x.fresh || y.fresh;
+    bool nan_in = std::isnan(x.num) || std::isnan(y.num);
+    switch (b.op) {
+      case ast::BinaryOp::add: o.num = x.num + y.num; break;
+      case ast::BinaryOp::sub: o.num = x.num - y.num; break;
+      case ast::BinaryOp::mul: o.num = x.num * y.num; break;
+      case ast::BinaryOp::div: o.num = x.num / y.num; break;
+      case ast::BinaryOp::mod: o.num = std::fmod(x.num, y.num); break;
+      case ast::BinaryOp::pow: o.num = std::pow(x.num, y.num); break;
+      // Every comparison involving NaN is false, `!=` included.
+      case ast::BinaryOp::lt: o.truth = !nan_in && x.num < y.num; o.decide = x.num; break;
+      case ast::BinaryOp::le: o.truth = !nan_in && x.num <= y.num; o.decide = x.num; break;
+      case ast::BinaryOp::gt: o.truth = !nan_in && x.num > y.num; o.decide = x.num; break;
+      case ast::BinaryOp::ge: o.truth = !nan_in && x.num >= y.num; o.decide = x.num; break;
+      case ast::BinaryOp::eq: o.truth = !nan_in && x.num == y.num; o.decide = x.num; break;
+      case ast::BinaryOp::ne: o.truth = !nan_in && x.num != y.num; o.decide = x.num; break;
+      case ast::BinaryOp::and_: o.truth = x.truth && y.truth; o.decide = x.decide; break;
+      case ast::BinaryOp::or_: o.truth = x.truth || y.truth; o.decide = x.decide; break;
+    }
+    return o;
+  };
+  Value out;
+  out.scalar = l.scalar && r.scalar;
+  if (l.scalar && !r.scalar) {
+    if (l.elems.empty()) return out;
+    for (const auto& [labels, y] : r.elems) out.elems[labels] = combine(l.elems.begin()->second, y);
+  } else if (!l.scalar && r.scalar) {
+    if (r.elems.empty()) return out;
+    for (const auto& [labels, x] : l.elems) out.elems[labels] = combine(x, r.elems.begin()->second);
+  } else {
+    // vector op vector (and scalar op scalar): pair by identical label sets
+    for (const auto& [labels, x] : l.elems) {
+      auto it = r.elems.find(labels);
+      if (it != r.elems.end()) out.elems[labels] = combine(x, it->second);
+    }
+  }
+  return out;
+}
+
+void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
+  if (rule.mode && *rule.mode != mode_) return;
+  Value cond = eval(*rule.when);
+  bool any_fresh = false;
+  for (const auto& [labels, e] : cond.elems) any_fresh = any_fresh || e.fresh;
+  if (!any_fresh) return;  // not an opportunity (also when undefined)
+
+  if (rule.after) {
+    if (rule.after->unit == ast::DurUnit::steps) {
+      if (step_ < rule.after->amount) return;
+    } else if (rule.after_seen < rule.after->amount) {
+      ++rule.after_seen;
+      return;
+    }
+  }
+  if (rule.every) {
+    if (rule.every->unit == ast::DurUnit::steps) {
+      if (rule.last_evaluated_step && step_ < *rule.last_evaluated_step + rule.every->amount)
+        return;
+      rule.last_evaluated_step = step_;
+    } else if (rule.every_index++ % rule.every->amount != 0) {
+      return;
+    }
+  }
+
+  for (const auto& [labels, e] : cond.elems) {
+    if (!e.fresh) continue;  // stale elements keep their state
+    ElemState& st = rule.elems[labels];
+    if (!e.truth) {
+      st.run = 0;
+      st.fired = false;
+      continue;
+    }
+    if (++st.run == 1) st.first_step = step_;
+    bool satisfied = true;
+    if (rule.for_) {
+      satisfied = rule.for_->unit == ast::DurUnit::steps
+                      ? step_ - st.first_step >= rule.for_->amount
+                      : st.run >= rule.for_->amount;
+    }
+    if (st.fired) ++st.evals_since_fire;
+    if (!satisfied) continue;
+    bool fire = false;
+    if (!st.fired) {
+      fire = true;
+    } else if (rule.cooldown) {
+      fire = rule.cooldown->unit == ast::DurUnit::steps
+                 ? step_ - st.last_fire_step >= rule.cooldown->amount
+                 : st.evals_since_fire >= rule.cooldown->amount;
+    }
+    if (!fire) continue;
+    st.fired = true;
+    st.last_fire_step = step_;
+    st.evals_since_fire = 0;
+    out.push_back(Firing{rule.name, step_, labels_string(labels), e.decide, st.first_step});
+  }
+}
+
+std::vector<Firing> Evaluator::observe(const Observation& obs) {
+  std::vector<Firing> out;
+  if (!error_.empty()) return out;
+  ++obs_index_;
+  step_ = obs.step;
+  mode_ = obs.mode;
+  for (const auto& s : obs.samples) {
+    Series& series = series_[{s.name, s.labels}];
+    series.name = s.name;
+    series.labels = s.labels;
+    if (!series.history.empty() && series.history.back().obs == obs_index_)
+      series.history.back().value = s.value;  // the last value in one observation wins
+    else
+      series.history.push_back({obs.step, obs_index_, s.value});
+  }
+  for (auto& rule : rules_) run_rule(rule, out);
+  return out;
+}
+
+}  // namespace vigil::reference

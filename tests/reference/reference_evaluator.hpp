@@ -1,0 +1,139 @@
+// A deliberately naive evaluator of Vigil rules, used as the oracle of the
+// streaming engine in the RapidCheck property (reference_property_test.cpp).
+//
+// It walks the AST from vigil::grammar::parse directly and recomputes every
+// expression from the FULL history of every series at every observation: no
+// windows, no caches, no plan. The only state carried between observations is
+// what the semantics define as state: per-element for/cooldown state and the
+// per-rule after/every counters. Obviously correct beats fast here.
+//
+// Supported subset (what the generator produces; anything else is reported by
+// `error()`): named rules with `when`, `for|after|every|cooldown N samples|steps`,
+// `in MODE`, `do ACTIONS` (actions ignored); numbers, series names and
+// selectors with = != =~ !~ matchers; + - * / unary -; comparisons; and/or/not;
+// abs, is_nan; aggregations max/min/sum of one vector; range reductions
+// mean/min/max/sum/count/delta/first/last over x[N] and x[N steps].
+// Observations must have non-decreasing steps (no out-of-order handling).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "grammar/ast.hpp"
+#include "grammar/parser.hpp"
+#include "vigil/diagnostic.hpp"
+
+namespace vigil::reference {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+struct SeriesSample {
+  std::string name;
+  Labels labels;  // sorted by label name
+  double value = 0;
+};
+
+struct Observation {
+  std::int64_t step = 0;
+  std::string mode = "train";
+  std::vector<SeriesSample> samples;
+};
+
+/// What the property compares between engine and reference.
+struct Firing {
+  std::string rule;
+  std::int64_t step = 0;
+  std::string labels;  // `k=v,k2=v2`
+  std::optional<double> value;
+  std::int64_t pending_since = 0;
+
+  /// Values compare bitwise-equal or both NaN.
+  friend bool operator==(const Firing& a, const Firing& b);
+};
+
+std::string to_string(const Firing& f);
+std::string labels_string(const Labels& labels);
+
+class Evaluator {
+ public:
+  /// Parses `text`; on a parse error or a construct outside the subset,
+  /// error() is non-empty and observe() returns nothing.
+  explicit Evaluator(const std::string& text);
+  Evaluator(const Evaluator&) = delete;
+  Evaluator& operator=(const Evaluator&) = delete;
+
+  [[nodiscard]] const std::string& error() const { return error_; }
+
+  /// Appends the observation to the history and returns the firings at it,
+  /// rules in program order, elements in label-set order.
+  std::vector<Firing> observe(const Observation& obs);
+
+ private:
+  struct Sample {
+    std::int64_t step;
+    std::size_t obs;  // index of the observation it came from
+    double value;
+  };
+  struct Series {
+    std::string name;
+    Labels labels;
+    std::vector<Sample> history;
+  };
+  struct Elem {
+    double num = 0;
+    bool truth = false;
+    bool fresh = false;
+    std::optional<double> decide;  // lhs of the deciding comparison
+  };
+  /// A value: per-label-set elements. `scalar` values broadcast against
+  /// vectors; a scalar has at most one element (empty labels).
+  struct Value {
+    bool scalar = false;
+    std::map<Labels, Elem> elems;
+  };
+  struct Span {
+    ast::DurUnit unit = ast::DurUnit::samples;
+    std::int64_t amount = 0;
+  };
+  struct ElemState {
+    std::int64_t run = 0;
+    std::int64_t first_step = 0;
+    bool fired = false;
+    std::int64_t last_fire_step = 0;
+    std::int64_t evals_since_fire = 0;
+  };
+  struct Rule {
+    std::string name;
+    const ast::Expr* when = nullptr;
+    std::optional<Span> for_, after, every, cooldown;
+    std::optional<std::string> mode;
+    // state
+    std::map<Labels, ElemState> elems;
+    std::int64_t after_seen = 0;
+    std::int64_t every_index = 0;
+    std::optional<std::int64_t> last_evaluated_step;
+  };
+
+  Value eval(const ast::Expr& e) const;
+  Value eval_call(const ast::Call& c) const;
+  Value eval_range(const std::string& fn, const ast::Subscript& s) const;
+  std::vector<const Series*> select(const ast::Expr& base) const;
+  bool check(const ast::Expr& e);
+  std::optional<Span> span(const ast::ExprPtr& e);
+  void run_rule(Rule& rule, std::vector<Firing>& out);
+
+  SourceSet sources_;
+  grammar::ParseResult parsed_;
+  std::string error_;
+  std::vector<Rule> rules_;
+  std::map<std::pair<std::string, Labels>, Series> series_;
+  std::size_t obs_index_ = 0;
+  std::int64_t step_ = 0;
+  std::string mode_;
+};
+
+}  // namespace vigil::reference

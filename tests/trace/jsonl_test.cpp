@@ -1,0 +1,304 @@
+// Vigil JSONL reader/writer: real logs, every accepted spelling, and damaged
+// files (each must give a positioned error after returning every complete
+// record before the damage).
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "vigil/trace.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path data_dir = VIGIL_TRACE_TEST_DATA;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A file in a per-test temporary directory, removed at the end of the test.
+class JsonlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / (std::string("vigil_trace_") + info->name() + "_" +
+                                        std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const auto path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+struct ReadAll {
+  std::vector<vigil::Observation> records;
+  std::optional<vigil::TraceError> error;
+  std::uint64_t position = 0, size = 0;
+};
+
+ReadAll read_all(const std::string& path) {
+  ReadAll r;
+  vigil::TraceError open_error;
+  auto reader = vigil::open_trace(path, open_error);
+  if (!reader) {
+    r.error = open_error;
+    return r;
+  }
+  vigil::Observation obs;
+  while (reader->next(obs)) r.records.push_back(obs);
+  r.error = reader->error();
+  r.position = reader->position();
+  r.size = reader->size();
+  return r;
+}
+
+std::optional<double> value_of(const vigil::Observation& obs, const std::string& key) {
+  for (const auto& [k, v] : obs.values)
+    if (k == key) return v;
+  return std::nullopt;
+}
+
+TEST(JsonlReal, KerasImdbFit) {
+  const auto r = read_all((data_dir / "keras_imdb_fit1.jsonl").string());
+  ASSERT_FALSE(r.error) << r.error->format();
+  ASSERT_EQ(r.records.size(), 20u);
+  EXPECT_EQ(r.records.front().step, 1);
+  EXPECT_EQ(r.records.front().mode, "train");
+  EXPECT_TRUE(std::isnan(r.records.front().time));
+  EXPECT_EQ(r.records.front().values.size(), 4u);
+  EXPECT_DOUBLE_EQ(*value_of(r.records.front(), "loss"), 0.5103);
+  // The textbook overfit: validation loss bottoms out at epoch 4 and climbs back.
+  EXPECT_DOUBLE_EQ(*value_of(r.records[3], "val_loss"), 0.2735);
+  EXPECT_EQ(r.records.back().step, 20);
+  EXPECT_DOUBLE_EQ(*value_of(r.records.back(), "val_loss"), 0.6796);
+  EXPECT_EQ(r.position, r.size);
+  EXPECT_EQ(r.size, fs::file_size(data_dir / "keras_imdb_fit1.jsonl"));
+}
+
+TEST(JsonlReal, NanogptBareNaNTokensAndSparseSeries) {
+  const auto r = read_all((data_dir / "nanogpt_muon_head.jsonl").string());
+  ASSERT_FALSE(r.error) << r.error->format();
+  ASSERT_EQ(r.records.size(), 200u);
+  int nan_steps = 0, val_samples = 0;
+  for (const auto& obs : r.records) {
+    if (auto v = value_of(obs, "step_avg"); v && std::isnan(*v)) ++nan_steps;
+    if (value_of(obs, "val_loss")) ++val_samples;
+  }
+  EXPECT_EQ(nan_steps, 13);  // steps 0..12 log step_avg as nan
+  EXPECT_EQ(val_samples, 2);  // steps 0 and 125
+  EXPECT_FALSE(value_of(r.records[0], "train_loss"));  // empty cell: no sample
+  EXPECT_DOUBLE_EQ(*value_of(r.records[13], "step_avg"), 213.66);
+  EXPECT_DOUBLE_EQ(*value_of(r.records[125], "val_loss"), 5.2017);
+}
+
+TEST_F(JsonlTest, TruncatedLastLineKeepsThePrefix) {
+  const std::string full = slurp(data_dir / "keras_imdb_fit1.jsonl");
+  // Cut the file in the middle of its last record, as a crash while writing would.
+  const auto last_start = full.rfind('\n', full.size() - 2) + 1;
+  const auto path = write("cut.jsonl", full.substr(0, last_start + 40));
+  const auto r = read_all(path);
+  ASSERT_EQ(r.records.size(), 19u);
+  EXPECT_EQ(r.records.back().step, 19);
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->file, path);
+  EXPECT_EQ(r.error->line, 20u);
+  EXPECT_EQ(r.error->offset, last_start);
+  EXPECT_EQ(r.error->message, "truncated record (unexpected end of line)");
+  EXPECT_EQ(r.error->format(), path + ":20: truncated record (unexpected end of line)");
+}
+
+TEST_F(JsonlTest, WrongJsonInTheMiddle) {
+  const std::string text =
+      "{\"step\": 1, \"values\": {\"loss\": 2.5}}\n"
+      "\n"
+      "{\"step\": 2, \"values\": {\"loss\": 2.4}}\n"
+      "{\"step\": 3, \"values\": {\"loss\": 2.3,}}\n"
+      "{\"step\": 4, \"values\": {\"loss\": 2.2}}\n";
+  const auto r = read_all(write("bad.jsonl", text));
+  ASSERT_EQ(r.records.size(), 2u);
+  EXPECT_EQ(r.records[1].step, 2);
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->line, 4u);  // the blank line counts
+  EXPECT_EQ(r.error->offset, text.find("{\"step\": 3"));
+  EXPECT_TRUE(r.error->message.starts_with("invalid json at column 36")) << r.error->message;
+}
+
+TEST_F(JsonlTest, ErrorColumnPointsIntoTheOriginalLine) {
+  // Bare tokens are quoted before parsing; the column must not move.
+  const auto r = read_all(write("col.jsonl", "{\"step\": 1, \"values\": {\"a\": NaN, \"b\": }}\n"));
+  ASSERT_TRUE(r.error);
+  EXPECT_TRUE(r.error->message.starts_with("invalid json at column 39")) << r.error->message;
+}
+
+struct BadLine {
+  std::string line;
+  std::string message;
+};
+
+TEST_F(JsonlTest, BadTypesArePositionedErrors) {
+  const std::vector<BadLine> cases = {
+      {R"({"step": "7"})", "\"step\" must be an integer"},
+      {R"({"step": 1.5})", "\"step\" must be an integer"},
+      {R"({"step": 1e30})", "\"step\" must be an integer"},
+      {R"({"step": 18446744073709551615})", "\"step\" must be an integer"},
+      {R"({"step": null})", "\"step\" must be an integer"},
+      {R"({"values": {"loss": 1}})", "missing \"step\""},
+      {R"({"step": 2, "mode": 3})", "\"mode\" must be a non-empty string"},
+      {R"({"step": 2, "mode": ""})", "\"mode\" must be a non-empty string"},
+      {R"({"step": 2, "time": "noon"})", "\"time\" must be a number"},
+      {R"({"step": 2, "values": [1, 2]})", "\"values\" must be an object"},
+      {R"({"step": 2, "values": {"loss": "abc"}})",
+       "value of 'loss' must be a number, \"NaN\", \"Infinity\", \"-Infinity\" or null"},
+      {R"({"step": 2, "values": {"loss": true}})",
+       "value of 'loss' must be a number, \"NaN\", \"Infinity\", \"-Infinity\" or null"},
+      {R"({"step": 2, "values": {"loss": {"x": 1}}})",
+       "value of 'loss' must be a number, \"NaN\", \"Infinity\", \"-Infinity\" or null"},
+      {R"({"step": 2, "values": {"": 1}})", "empty series name in \"values\""},
+      {R"({"step": 2, "epoch": 1})", "unknown field \"epoch\""},
+      {R"([1, 2])", "expected a json object"},
+      {R"(42)", "expected a json object"},
+  };
+  const std::string good = R"({"step": 1, "values": {"loss": 1}})" "\n";
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.line);
+    const auto r = read_all(write("t.jsonl", good + c.line + "\n" + good));
+    ASSERT_EQ(r.records.size(), 1u);
+    ASSERT_TRUE(r.error);
+    EXPECT_EQ(r.error->line, 2u);
+    EXPECT_EQ(r.error->offset, good.size());
+    EXPECT_EQ(r.error->message, c.message);
+  }
+}
+
+TEST_F(JsonlTest, AcceptedSpellings) {
+  const std::string text =
+      "\xEF\xBB\xBF{\"step\": 12.0, \"mode\": \"eval\", \"time\": 1732871234.25, "
+      "\"values\": {\"a\": \"NaN\", \"b\": \"Infinity\", \"c\": \"-Infinity\", \"d\": null}}\r\n"
+      "   \r\n"
+      "{\"step\": 13, \"values\": {\"a\": NaN, \"b\": Infinity, \"c\": -Infinity, \"d\": -2e-3}}\n"
+      // Token-like text inside strings is left alone; keys are whatever the writer chose.
+      "{\"step\": 14, \"mode\": \"NaN\", \"values\": {\"NaN\": 1, \"x{k=\\\"Infinity\\\"}\": 2}}\n"
+      "{\"step\": 15, \"time\": null}";  // no final newline: still a complete record
+  const auto r = read_all(write("ok.jsonl", text));
+  ASSERT_FALSE(r.error) << r.error->format();
+  ASSERT_EQ(r.records.size(), 4u);
+
+  const auto& a = r.records[0];
+  EXPECT_EQ(a.step, 12);
+  EXPECT_EQ(a.mode, "eval");
+  EXPECT_DOUBLE_EQ(a.time, 1732871234.25);
+  ASSERT_EQ(a.values.size(), 3u);  // null = no sample
+  EXPECT_TRUE(std::isnan(*value_of(a, "a")));
+  EXPECT_EQ(*value_of(a, "b"), INFINITY);
+  EXPECT_EQ(*value_of(a, "c"), -INFINITY);
+  EXPECT_FALSE(value_of(a, "d"));
+
+  const auto& b = r.records[1];
+  EXPECT_EQ(b.mode, "train");
+  EXPECT_TRUE(std::isnan(*value_of(b, "a")));
+  EXPECT_EQ(*value_of(b, "b"), INFINITY);
+  EXPECT_EQ(*value_of(b, "c"), -INFINITY);
+  EXPECT_DOUBLE_EQ(*value_of(b, "d"), -2e-3);
+
+  const auto& c = r.records[2];
+  EXPECT_EQ(c.mode, "NaN");
+  EXPECT_EQ(*value_of(c, "NaN"), 1);
+  EXPECT_EQ(*value_of(c, "x{k=\"Infinity\"}"), 2);
+
+  EXPECT_EQ(r.records[3].step, 15);
+  EXPECT_TRUE(std::isnan(r.records[3].time));
+  EXPECT_TRUE(r.records[3].values.empty());
+  EXPECT_EQ(r.position, text.size());
+}
+
+TEST_F(JsonlTest, BareTokensNeedWordBoundaries) {
+  // "NaNx" is not the NaN token: it stays invalid JSON.
+  const auto r = read_all(write("b.jsonl", "{\"step\": 1, \"values\": {\"a\": NaNx}}\n"));
+  ASSERT_TRUE(r.error);
+  EXPECT_TRUE(r.error->message.starts_with("invalid json")) << r.error->message;
+}
+
+TEST_F(JsonlTest, OpenTraceDetectsFormatByContent) {
+  vigil::TraceError error;
+  // Leading blank space before the first '{' is fine, whatever the extension.
+  EXPECT_NE(vigil::open_trace(write("x.log", "\n  {\"step\": 1}\n"), error), nullptr);
+
+  const auto csv = write("m.csv", "step,loss\n1,2\n");
+  EXPECT_EQ(vigil::open_trace(csv, error), nullptr);
+  EXPECT_EQ(error.message, "unknown trace format");
+  EXPECT_EQ(error.format(), csv + ": byte 0: unknown trace format");
+
+  const auto missing = (dir_ / "nope.jsonl").string();
+  EXPECT_EQ(vigil::open_trace(missing, error), nullptr);
+  EXPECT_EQ(error.file, missing);
+  EXPECT_EQ(error.message, "cannot open: No such file or directory");
+
+  EXPECT_EQ(vigil::open_trace(dir_.string(), error), nullptr);
+  EXPECT_EQ(error.message, "is a directory");
+
+  const auto empty = read_all(write("e.jsonl", ""));
+  EXPECT_FALSE(empty.error);
+  EXPECT_TRUE(empty.records.empty());
+}
+
+TEST_F(JsonlTest, ErrorIsSticky) {
+  vigil::TraceError open_error;
+  auto reader = vigil::open_jsonl(write("s.jsonl", "oops\n{\"step\": 1}\n"), open_error);
+  ASSERT_NE(reader, nullptr);
+  vigil::Observation obs;
+  EXPECT_FALSE(reader->next(obs));
+  ASSERT_TRUE(reader->error());
+  EXPECT_EQ(reader->error()->line, 1u);
+  EXPECT_FALSE(reader->next(obs));  // stays stopped at the damage
+}
+
+TEST(JsonlWrite, FormatsNonFiniteAsStrings) {
+  vigil::Observation obs;
+  obs.step = 7;
+  obs.mode = "eval";
+  obs.values = {{"loss", 0.5}, {"grad_norm{layer=\"fc1\"}", NAN}, {"x", INFINITY}, {"y", -INFINITY}};
+  EXPECT_EQ(vigil::to_jsonl(obs),
+            R"({"step":7,"mode":"eval","values":{"loss":0.5,"grad_norm{layer=\"fc1\"}":"NaN",)"
+            R"("x":"Infinity","y":"-Infinity"}})");
+  obs.time = 1732871234.25;
+  obs.values.clear();
+  EXPECT_EQ(vigil::to_jsonl(obs), R"({"step":7,"mode":"eval","time":1732871234.25,"values":{}})");
+}
+
+TEST_F(JsonlTest, WriteThenReadRoundTrips) {
+  vigil::Observation obs;
+  obs.step = -3;
+  obs.time = 0.1;
+  obs.values = {{"a", 0.1 + 0.2}, {"b", 1e-300}, {"c", NAN}, {"d", -INFINITY}};
+  const auto r = read_all(write("rt.jsonl", vigil::to_jsonl(obs) + "\n"));
+  ASSERT_FALSE(r.error) << r.error->format();
+  ASSERT_EQ(r.records.size(), 1u);
+  const auto& back = r.records[0];
+  EXPECT_EQ(back.step, -3);
+  EXPECT_EQ(back.mode, "train");
+  EXPECT_EQ(back.time, 0.1);
+  EXPECT_EQ(*value_of(back, "a"), 0.1 + 0.2);  // shortest round-trip digits, bit-exact
+  EXPECT_EQ(*value_of(back, "b"), 1e-300);
+  EXPECT_TRUE(std::isnan(*value_of(back, "c")));
+  EXPECT_EQ(*value_of(back, "d"), -INFINITY);
+}
+
+}  // namespace

@@ -1,0 +1,313 @@
+// Vigil JSONL traces (SPEC §6): one observation per line,
+//   {"step": 12, "mode": "train", "time": 1732871234.25, "values": {"loss": 0.53}}
+//
+// The reader streams line by line (never loads the file), validates every
+// field and stops at the first damaged line with an error naming the file,
+// the 1-based line and the byte offset where that line starts; every record
+// before it has already been handed out.
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "vigil/trace.hpp"
+
+namespace vigil {
+
+std::string TraceError::format() const {
+  if (line != 0) return fmt::format("{}:{}: {}", file, line, message);
+  return fmt::format("{}: byte {}: {}", file, offset, message);
+}
+
+namespace {
+
+using nlohmann::json;
+
+bool is_word_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.';
+}
+
+// Python's json module writes non-finite floats as bare NaN / Infinity /
+// -Infinity, which strict JSON (and nlohmann) rejects. Outside string
+// literals, such whole tokens are rewritten to the quoted strings the format
+// already accepts. `shifts` records, per rewrite, the offset in the output
+// after which positions are 2 bytes further right than in the input, so
+// parse errors can still point into the original line.
+bool quote_bare_non_finite(std::string_view in, std::string& out, std::vector<std::size_t>& shifts) {
+  static constexpr std::string_view tokens[] = {"-Infinity", "Infinity", "NaN"};
+  bool changed = false;
+  bool in_string = false;
+  out.clear();
+  shifts.clear();
+  for (std::size_t i = 0; i < in.size();) {
+    const char c = in[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < in.size()) {
+        out += in[i + 1];
+        i += 2;
+        continue;
+      }
+      if (c == '"') in_string = false;
+      ++i;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      out += c;
+      ++i;
+      continue;
+    }
+    bool replaced = false;
+    if ((c == '-' || c == 'I' || c == 'N') && (i == 0 || !is_word_char(in[i - 1]))) {
+      for (std::string_view token : tokens) {
+        if (in.substr(i, token.size()) != token) continue;
+        const std::size_t end = i + token.size();
+        if (end < in.size() && is_word_char(in[end])) continue;
+        out += '"';
+        out += token;
+        out += '"';
+        shifts.push_back(out.size());
+        i = end;
+        replaced = changed = true;
+        break;
+      }
+    }
+    if (!replaced) {
+      out += c;
+      ++i;
+    }
+  }
+  return changed;
+}
+
+// Maps a byte position in the rewritten line back to the original line.
+std::size_t original_position(std::size_t pos, const std::vector<std::size_t>& shifts) {
+  std::size_t shift = 0;
+  for (std::size_t s : shifts)
+    if (s <= pos) shift += 2;
+  return pos >= shift ? pos - shift : 0;
+}
+
+// A sample value: a JSON number, or one of the three non-finite spellings.
+// null means "no sample"; returns false for anything else.
+bool sample_value(const json& v, std::optional<double>& out) {
+  if (v.is_null()) {
+    out.reset();
+    return true;
+  }
+  if (v.is_number()) {
+    out = v.get<double>();
+    return true;
+  }
+  if (v.is_string()) {
+    const auto& s = v.get_ref<const std::string&>();
+    if (s == "NaN") out = std::numeric_limits<double>::quiet_NaN();
+    else if (s == "Infinity") out = std::numeric_limits<double>::infinity();
+    else if (s == "-Infinity") out = -std::numeric_limits<double>::infinity();
+    else return false;
+    return true;
+  }
+  return false;
+}
+
+// "step" is an integer; 12.0 is accepted because some writers only have doubles.
+bool step_value(const json& v, std::int64_t& out) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+      return false;
+    out = v.get<std::int64_t>();
+    return true;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    // 2^63 is exactly representable; anything at or above it is out of range.
+    if (!std::isfinite(d) || d != std::floor(d) || d < -9223372036854775808.0 ||
+        d >= 9223372036854775808.0)
+      return false;
+    out = static_cast<std::int64_t>(d);
+    return true;
+  }
+  return false;
+}
+
+std::string short_json_error(const json::exception& e) {
+  // nlohmann messages look like "[json.exception.parse_error.101] parse error at
+  // line 1, column 5: syntax error while parsing value - invalid literal; last
+  // read: 'tru'": keep what follows the last ": " of the prefix, lowercased start.
+  std::string_view what = e.what();
+  if (auto pos = what.find("] "); pos != std::string_view::npos) what.remove_prefix(pos + 2);
+  if (auto pos = what.find(": "); pos != std::string_view::npos && what.starts_with("parse error"))
+    what.remove_prefix(pos + 2);
+  return std::string(what);
+}
+
+class JsonlReader final : public TraceReader {
+ public:
+  JsonlReader(std::string path, std::ifstream in, std::uint64_t size)
+      : path_(std::move(path)), in_(std::move(in)), size_(size) {}
+
+  bool next(Observation& out) override {
+    if (error_) return false;
+    while (std::getline(in_, line_)) {
+      const std::uint64_t line_start = consumed_;
+      const bool had_newline = !in_.eof();
+      consumed_ += line_.size() + (had_newline ? 1 : 0);
+      ++line_no_;
+      std::string_view text = line_;
+      if (line_no_ == 1 && text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // UTF-8 BOM
+      if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
+      if (text.find_first_not_of(" \t\r\f\v") == std::string_view::npos) continue;
+      return parse_line(text, line_start, out);
+    }
+    if (in_.bad()) fail(consumed_, fmt::format("read error: {}", std::strerror(errno)));
+    return false;
+  }
+
+  [[nodiscard]] std::uint64_t position() const override { return consumed_; }
+  [[nodiscard]] std::uint64_t size() const override { return size_; }
+
+ private:
+  bool fail(std::uint64_t line_start, std::string message) {
+    error_ = TraceError{path_, line_no_, line_start, std::move(message)};
+    return false;
+  }
+
+  bool parse_line(std::string_view text, std::uint64_t line_start, Observation& out) {
+    std::string_view source = text;
+    if (quote_bare_non_finite(text, rewritten_, shifts_)) source = rewritten_;
+    json j;
+    try {
+      j = json::parse(source);
+    } catch (const json::parse_error& e) {
+      const std::size_t column = original_position(e.byte == 0 ? 0 : e.byte - 1, shifts_) + 1;
+      std::string message = short_json_error(e);
+      // A line cut off mid-record (a crash while writing) is the common case.
+      if (in_.eof() && message.find("end of input") != std::string::npos)
+        return fail(line_start, "truncated record (unexpected end of line)");
+      return fail(line_start, fmt::format("invalid json at column {}: {}", column, message));
+    } catch (const json::exception& e) {
+      return fail(line_start, fmt::format("invalid json: {}", short_json_error(e)));
+    }
+    if (!j.is_object()) return fail(line_start, "expected a json object");
+
+    Observation obs;
+    bool has_step = false;
+    for (const auto& [key, value] : j.items()) {
+      if (key == "step") {
+        if (!step_value(value, obs.step)) return fail(line_start, "\"step\" must be an integer");
+        has_step = true;
+      } else if (key == "mode") {
+        if (!value.is_string() || value.get_ref<const std::string&>().empty())
+          return fail(line_start, "\"mode\" must be a non-empty string");
+        obs.mode = value.get<std::string>();
+      } else if (key == "time") {
+        if (value.is_null()) continue;  // explicitly "no time"
+        if (!value.is_number()) return fail(line_start, "\"time\" must be a number");
+        obs.time = value.get<double>();
+      } else if (key == "values") {
+        if (!value.is_object()) return fail(line_start, "\"values\" must be an object");
+        obs.values.reserve(value.size());
+        for (const auto& [series, sample] : value.items()) {
+          if (series.empty()) return fail(line_start, "empty series name in \"values\"");
+          std::optional<double> v;
+          if (!sample_value(sample, v))
+            return fail(line_start,
+                        fmt::format("value of '{}' must be a number, \"NaN\", \"Infinity\", "
+                                    "\"-Infinity\" or null",
+                                    series));
+          if (v) obs.values.emplace_back(series, *v);
+        }
+      } else {
+        return fail(line_start, fmt::format("unknown field \"{}\"", key));
+      }
+    }
+    if (!has_step) return fail(line_start, "missing \"step\"");
+    out = std::move(obs);
+    return true;
+  }
+
+  std::string path_;
+  std::ifstream in_;
+  std::uint64_t size_ = 0;
+  std::uint64_t consumed_ = 0;
+  std::uint64_t line_no_ = 0;
+  std::string line_;
+  std::string rewritten_;  // reused: the line with bare NaN/Infinity quoted
+  std::vector<std::size_t> shifts_;
+};
+
+// Opens `path` for reading, or fills `error` and returns false.
+bool open_file(const std::string& path, std::ifstream& in, std::uint64_t& size, TraceError& error) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    error = TraceError{path, 0, 0, "is a directory"};
+    return false;
+  }
+  in.open(path, std::ios::binary);
+  if (!in) {
+    error = TraceError{path, 0, 0, fmt::format("cannot open: {}", std::strerror(errno))};
+    return false;
+  }
+  const auto file_size = std::filesystem::file_size(path, ec);
+  size = ec ? 0 : static_cast<std::uint64_t>(file_size);
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<TraceReader> open_jsonl(const std::string& path, TraceError& error) {
+  std::ifstream in;
+  std::uint64_t size = 0;
+  if (!open_file(path, in, size, error)) return nullptr;
+  return std::make_unique<JsonlReader>(path, std::move(in), size);
+}
+
+std::unique_ptr<TraceReader> open_trace(const std::string& path, TraceError& error) {
+  std::ifstream in;
+  std::uint64_t size = 0;
+  if (!open_file(path, in, size, error)) return nullptr;
+  // The first non-space byte (after a UTF-8 BOM) decides. An empty file is an
+  // empty JSONL trace (zero observations), not an error.
+  char buf[4096];
+  int first = -1;
+  bool at_start = true;
+  while (first < 0 && in.read(buf, sizeof buf).gcount() > 0) {
+    std::string_view chunk(buf, static_cast<std::size_t>(in.gcount()));
+    if (at_start && chunk.starts_with("\xEF\xBB\xBF")) chunk.remove_prefix(3);
+    at_start = false;
+    for (char c : chunk) {
+      if (std::isspace(static_cast<unsigned char>(c)) == 0) {
+        first = static_cast<unsigned char>(c);
+        break;
+      }
+    }
+  }
+  if (first < 0 || first == '{') return open_jsonl(path, error);
+  error = TraceError{path, 0, 0, "unknown trace format"};
+  return nullptr;
+}
+
+std::string to_jsonl(const Observation& obs) {
+  auto number = [](double v) -> nlohmann::ordered_json {
+    if (std::isnan(v)) return "NaN";
+    if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+    return v;
+  };
+  nlohmann::ordered_json j;
+  j["step"] = obs.step;
+  j["mode"] = obs.mode;
+  if (std::isfinite(obs.time)) j["time"] = obs.time;
+  auto& values = j["values"] = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : obs.values) values[key] = number(value);
+  return j.dump();
+}
+
+}  // namespace vigil
