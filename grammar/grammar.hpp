@@ -25,7 +25,6 @@ namespace vigil::grammar::peg {
 namespace pegtl = tao::pegtl;
 using pegtl::at;
 using pegtl::eof;
-using pegtl::must;
 using pegtl::not_at;
 using pegtl::one;
 using pegtl::opt;
@@ -34,6 +33,12 @@ using pegtl::seq;
 using pegtl::sor;
 using pegtl::star;
 using pegtl::string;
+
+// must<R...>: R must match here, else raise R's message. Unlike pegtl::must,
+// a failing R is rewound first, so the error points at the start of the token
+// that could not be R rather than somewhere inside a partial match.
+template <typename... R>
+struct must : seq<sor<R, pegtl::raise<R>>...> {};
 
 // ---- lexical ----------------------------------------------------------------
 
@@ -124,7 +129,8 @@ struct unit_suffix : seq<one<'s', 'm', 'h'>, not_at<ident_other>> {};
 struct dur_number : number_text {};
 struct dur_name : name {};
 // duration = number_text unit_suffix | (number_text | name) unit_word ;
-struct duration : sor<seq<dur_number, unit_suffix>, seq<sor<dur_number, dur_name>, ws, unit_word>> {};
+// (Factored so the amount, which carries an action, is matched only once.)
+struct duration : seq<sor<dur_number, dur_name>, sor<unit_suffix, seq<ws, unit_word>>> {};
 // Action-free look-ahead for `duration`.
 struct duration_ahead
     : sor<seq<number_text, unit_suffix>, seq<sor<number_text, name>, ws, unit_word>> {};
@@ -266,7 +272,7 @@ struct expr : or_expr {};
 struct arg_name : name {};
 struct arg_value : expr {};
 struct arg_named_ahead : seq<name, ws, one<'='>, not_at<one<'='>>> {};
-struct arg : seq<opt<at<arg_named_ahead>, arg_name, ws, one<'='>>, ws, must<arg_value>> {};
+struct arg : sor<seq<at<arg_named_ahead>, arg_name, ws, one<'='>, ws, must<arg_value>>, arg_value> {};
 // args = "(" [arg {"," arg}] ")" ;
 struct arg_list : seq<one<'('>, ws, opt<arg, star<ws, one<','>, ws, must<arg>>>, ws, must<rparen>> {};
 
@@ -324,7 +330,7 @@ struct anon_rule : seq<at<kw_when>, rule_body> {};
 // use = "use" ["std" "."] name [args] ["as" name] {when | clause} [do] ;
 struct use_std : seq<string<'s', 't', 'd'>, ws, one<'.'>> {};
 struct template_name : name {};
-struct use_target : seq<opt<at<use_std>, use_std, ws>, must<template_name>> {};
+struct use_target : sor<seq<at<use_std>, use_std, ws, must<template_name>>, template_name> {};
 struct use_args : arg_list {};
 struct alias_name : name {};
 struct use_override : sor<when_clause, clause> {};

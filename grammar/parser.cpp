@@ -950,6 +950,15 @@ ParseResult parse(const SourceSet& sources, std::uint32_t file) {
     if (error) {
       const std::uint32_t at = error->range.begin;
       result.diagnostics.push_back(std::move(*error));
+      // An error right at a statement keyword that starts its line (e.g. a
+      // missing ')' noticed at the next `rule`) leaves that statement intact.
+      std::size_t line_start = at;
+      while (line_start > 0 && (text[line_start - 1] == ' ' || text[line_start - 1] == '\t')) --line_start;
+      const bool at_line_start = line_start == 0 || text[line_start - 1] == '\n';
+      if (at > pos && at_line_start && starts_statement(view, at)) {
+        pos = at;
+        continue;
+      }
       pos = recovery_point(view, std::max<std::size_t>(at, pos));
       if (pos >= text.size()) break;
     }

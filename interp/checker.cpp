@@ -400,6 +400,7 @@ class Checker {
       std::vector<std::string> names;
       for (const auto& [n, t] : from.templates) names.push_back(n);
       std::string suggestion = closest_match(use.template_name, names);
+      if (!suggestion.empty() && use.std_prefix) suggestion = "std." + suggestion;
       if (suggestion.empty() && !use.std_prefix &&
           std_.templates.count(use.template_name))
         suggestion = "std." + use.template_name;
@@ -581,9 +582,12 @@ class Checker {
     if (it == actions_.end()) {
       std::vector<std::string> names;
       for (const auto& [n, a] : actions_) names.push_back(n);
+      std::string near = closest_match(call.name, names);
+      std::vector<std::string> notes;
+      if (near.empty())
+        notes.push_back(fmt::format("a host action must be declared: action {}(...)", call.name));
       error("unknown-action", file, call.name_range,
-            fmt::format("unknown action '{}'", call.name), closest_match(call.name, names),
-            {fmt::format("a host action must be declared: action {}(...)", call.name)});
+            fmt::format("unknown action '{}'", call.name), near, std::move(notes));
       return std::nullopt;
     }
     const ast::ActionDecl& decl = *it->second.decl;

@@ -145,13 +145,11 @@ struct Column {
   std::vector<std::uint32_t> labels;
   std::vector<double> values;
   std::vector<std::uint8_t> fresh;
-  std::vector<double> lhs;  // comparisons: the left operand, aligned
   std::uint64_t computed = 0;  // observation number of the last computation
   void clear() {
     labels.clear();
     values.clear();
     fresh.clear();
-    lhs.clear();
   }
   void push(std::uint32_t l, double v, bool f) {
     labels.push_back(l);
@@ -510,7 +508,6 @@ struct Engine::Impl {
       }
     if (driver == no_node) driver = n.inputs[0];
     const Column& d = columns[driver];
-    const bool comparison = n.op >= ir::Op::lt && n.op <= ir::Op::ne;
     for (std::size_t i = 0; i < d.values.size(); ++i) {
       const std::uint32_t label = d.labels[i];
       args.clear();
@@ -546,7 +543,6 @@ struct Engine::Impl {
       else
         v = interp::apply_binary(n.op, args[0], args[1]);
       out.push(label, v, fresh);
-      if (comparison) out.lhs.push_back(args[0]);
     }
   }
 
@@ -622,6 +618,7 @@ struct Engine::Impl {
         continue;
       if (!gate(pr, rs)) continue;
       if (rs.elems.size() < labelsets.size()) rs.elems.resize(labelsets.size());
+      const std::size_t first_firing = firings.size();
       for (std::size_t i = 0; i < root.values.size(); ++i) {
         if (!root.fresh[i]) continue;
         const std::uint32_t label = root.labels[i];
@@ -671,6 +668,10 @@ struct Engine::Impl {
         f.actions = &program.rules()[ri].actions;
         firings.push_back(f);
       }
+      // Columns are ordered by label id (first-seen order); report a rule's
+      // series in label order so output does not depend on arrival order.
+      std::sort(firings.begin() + static_cast<std::ptrdiff_t>(first_firing), firings.end(),
+                [](const Firing& a, const Firing& b) { return *a.labels < *b.labels; });
     }
   }
 
@@ -690,11 +691,11 @@ struct Engine::Impl {
   std::optional<double> firing_value(const interp::PlanRule& pr, std::uint32_t label) const {
     if (pr.value_node == no_node) return std::nullopt;
     const Column& c = columns[pr.value_node];
-    if (c.lhs.empty()) return std::nullopt;
-    if (!plan->nodes[pr.value_node].vector) return c.lhs[0];
+    if (c.values.empty()) return std::nullopt;
+    if (!plan->nodes[pr.value_node].vector) return c.values[0];
     auto it = std::lower_bound(c.labels.begin(), c.labels.end(), label);
     if (it == c.labels.end() || *it != label) return std::nullopt;
-    return c.lhs[static_cast<std::size_t>(it - c.labels.begin())];
+    return c.values[static_cast<std::size_t>(it - c.labels.begin())];
   }
 
   void check_bindings() {

@@ -58,7 +58,8 @@ struct PlanSelector {
 struct PlanRule {
   ir::Rule rule;  // info, clauses; rule.condition is released into the DAG
   std::uint32_t root = no_node;
-  /// The comparison whose left-hand side is reported as a firing's value.
+  /// The left-hand side of the deciding comparison (the top comparison, or
+  /// the leftmost one under and/or): its value is reported with a firing.
   std::uint32_t value_node = no_node;
   /// Selector and range nodes the condition reads (for explain).
   std::vector<std::uint32_t> leaves;

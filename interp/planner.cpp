@@ -75,7 +75,8 @@ class Planner {
     for (auto& r : rules) {
       PlanRule pr;
       pr.root = add(*r.condition);
-      pr.value_node = deciding_comparison(pr.root);
+      // Found on the IR, before folding can turn `1 < 2` into a constant.
+      if (const ir::Node* cmp = deciding_comparison(*r.condition)) pr.value_node = add(*cmp->args[0]);
       collect_leaves(pr.root, pr.leaves);
       r.condition.reset();
       pr.rule = std::move(r);
@@ -85,11 +86,10 @@ class Planner {
   }
 
  private:
-  std::uint32_t deciding_comparison(std::uint32_t id) const {
-    const auto& n = plan_.nodes[id];
-    if (is_comparison(n.op)) return id;
-    if (n.op == ir::Op::and_ || n.op == ir::Op::or_) return deciding_comparison(n.inputs[0]);
-    return no_node;
+  static const ir::Node* deciding_comparison(const ir::Node& n) {
+    if (is_comparison(n.op)) return &n;
+    if (n.op == ir::Op::and_ || n.op == ir::Op::or_) return deciding_comparison(*n.args[0]);
+    return nullptr;
   }
 
   void collect_leaves(std::uint32_t id, std::vector<std::uint32_t>& out) const {
