@@ -333,7 +333,23 @@ struct template_name : name {};
 struct use_target : sor<seq<at<use_std>, use_std, ws, must<template_name>>, template_name> {};
 struct use_args : arg_list {};
 struct alias_name : name {};
-struct use_override : sor<when_clause, clause> {};
+// A `when` that begins a line starts a new anonymous rule rather than
+// overriding the condition of the `use` before it:
+//     use std.terminate_on_nan
+//     when loss > 10 do stop          # a separate rule
+struct not_line_start {
+  using rule_t = not_line_start;
+  using subs_t = pegtl::type_list<>;
+  template <pegtl::apply_mode A, pegtl::rewind_mode M, template <typename...> class Action,
+            template <typename...> class Control, typename ParseInput, typename State>
+  static bool match(ParseInput& in, State& st) {
+    const char* p = in.current();
+    while (p > st.base && (p[-1] == ' ' || p[-1] == '\t' || p[-1] == '\r')) --p;
+    return p > st.base && p[-1] != '\n';
+  }
+};
+struct when_override : seq<not_line_start, when_clause> {};
+struct use_override : sor<when_override, clause> {};
 struct use_decl : seq<kw_use, ws, must<use_target>, opt<ws, use_args>,
                       opt<ws, kw_as, ws, must<alias_name>>, star<ws, use_override>,
                       opt<ws, do_clause>> {};

@@ -2,6 +2,7 @@
 // with recovery to the next statement line. See parser.hpp for the contract.
 #include "grammar/parser.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <new>
@@ -48,7 +49,14 @@ struct State {
   const char* base = nullptr;  // start of the file's text: offsets are relative to it
   std::size_t depth = 0;       // expression nesting, see peg::nested
 
-  std::vector<ast::ExprPtr> exprs;
+  // Finished expression nodes with their tree depth (a leaf is 1). Depth is
+  // tracked here, not just by grammar recursion, because left-associative
+  // chains (`1 + 1 + ...`) build deep trees from a flat loop.
+  struct Slot {
+    ast::ExprPtr expr;
+    std::uint32_t depth;
+  };
+  std::vector<Slot> exprs;
   std::vector<OpToken> ops;
   std::vector<CallMark> calls;
 
@@ -87,26 +95,32 @@ struct State {
     return {offset(in.begin()), offset(in.end())};
   }
 
-  ast::ExprPtr pop() {
+  Slot pop_slot() {
     // The grammar pushes exactly one node per operand before any action
     // pops it; an empty stack would be a grammar bug, reported not crashed.
     if (exprs.empty()) throw SyntaxError{g::error_message<g::internal_error>, 0, 0};
-    auto e = std::move(exprs.back());
+    Slot e = std::move(exprs.back());
     exprs.pop_back();
     return e;
   }
+  ast::ExprPtr pop() { return pop_slot().expr; }
   OpToken pop_op() {
     if (ops.empty()) throw SyntaxError{g::error_message<g::internal_error>, 0, 0};
     auto op = ops.back();
     ops.pop_back();
     return op;
   }
+  // Pushes a node whose deepest child has depth `child_depth`; `blame` is
+  // what a too-deep error underlines (the operator that made it too deep).
   template <typename Node>
-  void push(ast::Range r, Node&& node) {
+  void push(ast::Range r, Node&& node, std::uint32_t child_depth = 0, ast::Range blame = {}) {
+    if (child_depth >= max_nesting) {
+      throw SyntaxError{g::error_message<g::too_deep>, blame.begin, blame.end};
+    }
     auto e = std::make_unique<ast::Expr>();
     e->range = r;
     e->node = std::forward<Node>(node);
-    exprs.push_back(std::move(e));
+    exprs.push_back(Slot{std::move(e), child_depth + 1});
   }
 
   void reset() {
@@ -258,8 +272,8 @@ template <>
 struct action<g::duration_lit> {
   template <typename In>
   static void apply(const In& in, State& st) {
-    auto amount = st.pop();
-    st.push(st.range(in), ast::Duration{std::move(amount), st.unit});
+    auto amount = st.pop_slot();
+    st.push(st.range(in), ast::Duration{std::move(amount.expr), st.unit}, amount.depth, st.range(in));
   }
 };
 
@@ -411,11 +425,13 @@ struct action<g::call> {
     ast::Call c;
     c.fn = std::move(mark.name);
     c.fn_range = mark.range;
+    std::uint32_t depth = 0;
     for (std::size_t i = mark.first_arg; i < st.exprs.size(); ++i) {
-      c.args.push_back(std::move(st.exprs[i]));
+      depth = std::max(depth, st.exprs[i].depth);
+      c.args.push_back(std::move(st.exprs[i].expr));
     }
     st.exprs.resize(mark.first_arg);
-    st.push(st.range(in), std::move(c));
+    st.push(st.range(in), std::move(c), depth, mark.range);
   }
 };
 
@@ -423,10 +439,11 @@ template <>
 struct action<g::subscript> {
   template <typename In>
   static void apply(const In& in, State& st) {
-    auto size = st.pop();
-    auto base = st.pop();
-    const ast::Range r{base->range.begin, st.offset(in.end())};
-    st.push(r, ast::Subscript{std::move(base), std::move(size)});
+    auto size = st.pop_slot();
+    auto base = st.pop_slot();
+    const ast::Range r{base.expr->range.begin, st.offset(in.end())};
+    const std::uint32_t depth = std::max(size.depth, base.depth);
+    st.push(r, ast::Subscript{std::move(base.expr), std::move(size.expr)}, depth, st.range(in));
   }
 };
 
@@ -469,11 +486,13 @@ struct action<g::op_or> : push_op<ast::BinaryOp::or_> {};
 struct make_binary {
   template <typename In>
   static void apply(const In&, State& st) {
-    auto rhs = st.pop();
-    auto lhs = st.pop();
+    auto rhs = st.pop_slot();
+    auto lhs = st.pop_slot();
     const OpToken op = st.pop_op();
-    const ast::Range r{lhs->range.begin, rhs->range.end};
-    st.push(r, ast::Binary{op.op, op.range, std::move(lhs), std::move(rhs)});
+    const ast::Range r{lhs.expr->range.begin, rhs.expr->range.end};
+    const std::uint32_t depth = std::max(lhs.depth, rhs.depth);
+    st.push(r, ast::Binary{op.op, op.range, std::move(lhs.expr), std::move(rhs.expr)}, depth,
+            op.range);
   }
 };
 template <>
@@ -493,10 +512,11 @@ template <ast::UnaryOp Op>
 struct make_unary {
   template <typename In>
   static void apply(const In& in, State& st) {
-    auto operand = st.pop();
+    auto operand = st.pop_slot();
     const std::uint32_t b = st.offset(in.begin());
     const auto op_len = static_cast<std::uint32_t>(Op == ast::UnaryOp::neg ? 1 : 3);
-    st.push(st.range(in), ast::Unary{Op, ast::Range{b, b + op_len}, std::move(operand)});
+    const ast::Range op_range{b, b + op_len};
+    st.push(st.range(in), ast::Unary{Op, op_range, std::move(operand.expr)}, operand.depth, op_range);
   }
 };
 template <>

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -139,6 +140,22 @@ void print_name(std::string& out, const std::string& name, bool backticked) {
 
 void print_expr(std::string& out, const ast::Expr& e);
 
+// True if `text` starts like a label matcher: identifier, then =~ !~ != or a
+// lone '=' (the parser's rule for telling a selector from a call).
+bool looks_like_matcher(std::string_view text) {
+  std::size_t i = 0;
+  auto ident = [](char c, bool first) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+           (!first && c >= '0' && c <= '9');
+  };
+  if (text.empty() || !ident(text[0], true)) return false;
+  while (i < text.size() && ident(text[i], i == 0)) ++i;
+  while (i < text.size() && text[i] == ' ') ++i;
+  const std::string_view rest = text.substr(i);
+  if (rest.starts_with("=~") || rest.starts_with("!~") || rest.starts_with("!=")) return true;
+  return rest.starts_with("=") && !rest.starts_with("==");
+}
+
 void print_operand(std::string& out, const ast::Expr& e, bool parens) {
   if (parens) out += '(';
   print_expr(out, e);
@@ -184,7 +201,11 @@ struct ExprPrinter {
     out += '(';
     for (std::size_t i = 0; i < c.args.size(); ++i) {
       if (i > 0) out += ", ";
-      if (c.args[i]) print_expr(out, *c.args[i]);
+      if (!c.args[i]) continue;
+      std::string arg = print(*c.args[i]);
+      // `f(a != b)` would read back as a selector with matcher `a != b`.
+      if (i == 0 && looks_like_matcher(arg)) arg = "(" + arg + ")";
+      out += arg;
     }
     out += ')';
   }

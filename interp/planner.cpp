@@ -82,10 +82,38 @@ class Planner {
       pr.rule = std::move(r);
       plan_.rules.push_back(std::move(pr));
     }
+    drop_unreachable();
     return std::move(plan_);
   }
 
  private:
+  /// Folding leaves the folded operands behind; drop every node no rule
+  /// reads, keeping the topological order.
+  void drop_unreachable() {
+    std::vector<bool> live(plan_.nodes.size(), false);
+    for (const auto& r : plan_.rules) {
+      live[r.root] = true;
+      if (r.value_node != no_node) live[r.value_node] = true;
+    }
+    for (std::size_t i = plan_.nodes.size(); i-- > 0;)
+      if (live[i])
+        for (auto in : plan_.nodes[i].inputs) live[in] = true;
+    std::vector<std::uint32_t> renumber(plan_.nodes.size(), no_node);
+    std::vector<PlanNode> kept;
+    for (std::size_t i = 0; i < plan_.nodes.size(); ++i) {
+      if (!live[i]) continue;
+      renumber[i] = static_cast<std::uint32_t>(kept.size());
+      kept.push_back(std::move(plan_.nodes[i]));
+      for (auto& in : kept.back().inputs) in = renumber[in];
+    }
+    plan_.nodes = std::move(kept);
+    for (auto& r : plan_.rules) {
+      r.root = renumber[r.root];
+      if (r.value_node != no_node) r.value_node = renumber[r.value_node];
+      for (auto& l : r.leaves) l = renumber[l];
+    }
+  }
+
   static const ir::Node* deciding_comparison(const ir::Node& n) {
     if (is_comparison(n.op)) return &n;
     if (n.op == ir::Op::and_ || n.op == ir::Op::or_) return deciding_comparison(*n.args[0]);

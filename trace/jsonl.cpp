@@ -189,8 +189,9 @@ class JsonlReader final : public TraceReader {
     } catch (const json::parse_error& e) {
       const std::size_t column = original_position(e.byte == 0 ? 0 : e.byte - 1, shifts_) + 1;
       std::string message = short_json_error(e);
-      // A line cut off mid-record (a crash while writing) is the common case.
-      if (in_.eof() && message.find("end of input") != std::string::npos)
+      // A last line without newline whose parse failed at its very end was cut
+      // off mid-record (a crash while writing): the common damage, named as such.
+      if (in_.eof() && e.byte >= source.size())
         return fail(line_start, "truncated record (unexpected end of line)");
       return fail(line_start, fmt::format("invalid json at column {}: {}", column, message));
     } catch (const json::exception& e) {

@@ -127,12 +127,14 @@ void print_firing_text(const vigil::Firing& f, const vigil::Engine& engine, bool
   }
   out += '\n';
   if (explain) {
-    // Indented under its firing so the text stays scannable.
-    std::string_view text = engine.explain(f);
+    // Indented under its firing so the firing lines stay scannable.
+    const std::string explanation = engine.explain(f);
+    std::string_view text = explanation;
     while (!text.empty()) {
       const auto nl = text.find('\n');
       const auto line = text.substr(0, nl);
-      out += "    ";
+      // The engine may already indent its account; don't double it.
+      if (!line.starts_with(' ') && !line.starts_with('\t')) out += "    ";
       out += line;
       out += '\n';
       if (nl == std::string_view::npos) break;

@@ -1,0 +1,509 @@
+// Engine and compiler benchmarks (Google Benchmark). What is measured, how to
+// run it and the latest numbers are in docs/performance.md.
+//
+//   BM_Observe_100x100      100 rules over 100 series, one observe() per iteration
+//   BM_Observe_HandWritten  the same 100 conditions hand-coded over ring buffers:
+//                           the floor an interpreter can be compared against
+//   BM_Observe/N            N = 10, 100, 1000 rules over the same 100 series
+//   BM_Compile_1000_rules   compile_string of a generated 1000-rule file
+//   BM_Parse_1000_rules     grammar::parse alone of the same text
+//
+// The workload is generated from one table of rule specs (`make_specs`), which
+// is rendered both as rule text for the engine and as a hand-written evaluator
+// over the same data, and the two are checked to fire the same number of times
+// before anything is timed, so the ratio compares equal work.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "grammar/parser.hpp"
+#include "vigil/engine.hpp"
+#include "vigil/program.hpp"
+
+namespace {
+
+// ---- the workload ----------------------------------------------------------
+
+constexpr int scalar_series = 84;  // metric_00 .. metric_83
+constexpr int layer_series = 16;   // grad_norm{layer="conv0".."conv7","fc0".."fc7"}
+constexpr int total_series = scalar_series + layer_series;
+// Distinct observations cycled through (values only; steps keep increasing).
+constexpr int pool_size = 512;
+// Observations before timing: longer than the longest window (100 steps).
+constexpr int warmup = 300;
+
+std::string layer_name(int i) { return i < 8 ? fmt::format("conv{}", i) : fmt::format("fc{}", i - 8); }
+
+/// Label selections over the 16 layers, as a regex and as the members it
+/// matches (the hand-written baseline "knows" its layers).
+struct LayerGroup {
+  const char* regex;
+  std::vector<int> members;  // indices into the layers
+};
+
+const std::vector<LayerGroup>& layer_groups() {
+  static const std::vector<LayerGroup> groups{
+      {"conv.*", {0, 1, 2, 3, 4, 5, 6, 7}},
+      {"fc.*", {8, 9, 10, 11, 12, 13, 14, 15}},
+      {"conv[0-3]", {0, 1, 2, 3}},
+      {"(conv|fc)[4-7]", {4, 5, 6, 7, 12, 13, 14, 15}},
+      {".*1", {1, 9}},
+  };
+  return groups;
+}
+
+enum class Kind {
+  threshold_for,   // x > t for n samples
+  mean_samples,    // mean(x[W]) > t
+  median_steps,    // x > k * median(x[W steps])
+  spread_samples,  // max(x[W]) - min(x[W]) < t
+  vector_for,      // grad_norm{layer=~G} > t for n samples   (per-layer state)
+  ewma,            // ewma(x, alpha) > t
+  aggregate_max,   // max(grad_norm{layer=~G}) > t
+  and_mean_steps,  // x > 0.5 and mean(x[W steps]) > t for n samples
+  vector_vs_mean,  // grad_norm{layer=~G} > k * mean(grad_norm{layer=~G}[W])
+  max_steps,       // max(x[W steps]) < t
+};
+constexpr int kind_count = 10;
+
+struct Spec {
+  Kind kind;
+  int series = 0;  // scalar series index, or layer group index for vector kinds
+  int window = 0;
+  double t = 0;    // threshold or factor
+  int for_n = 1;
+  double alpha = 0;
+};
+
+/// `n` rules cycling through the kinds; series, windows and thresholds vary
+/// with the rule index so that few rules are structurally identical (the
+/// planner would otherwise merge them).
+std::vector<Spec> make_specs(int n) {
+  std::vector<Spec> specs;
+  for (int i = 0; i < n; ++i) {
+    const int round = i / kind_count;
+    const int s = (i * 7 + round) % scalar_series;
+    const int g = round % static_cast<int>(layer_groups().size());
+    const double jitter = 0.0001 * i;
+    switch (static_cast<Kind>(i % kind_count)) {
+      case Kind::threshold_for: specs.push_back({Kind::threshold_for, s, 0, 0.9 + jitter, 3}); break;
+      case Kind::mean_samples: specs.push_back({Kind::mean_samples, s, 20 + round % 3 * 5, 0.6 + jitter}); break;
+      case Kind::median_steps: specs.push_back({Kind::median_steps, s, 50 - round % 4 * 8, 1.8 + jitter}); break;
+      case Kind::spread_samples: specs.push_back({Kind::spread_samples, s, 32, 0.9 - jitter}); break;
+      case Kind::vector_for: specs.push_back({Kind::vector_for, g, 0, 0.95 + jitter / 10, 2}); break;
+      case Kind::ewma: specs.push_back({Kind::ewma, s, 0, 0.65 + jitter, 1, 0.1 + round % 3 * 0.05}); break;
+      case Kind::aggregate_max: specs.push_back({Kind::aggregate_max, g, 0, 0.99 + jitter / 100}); break;
+      case Kind::and_mean_steps: specs.push_back({Kind::and_mean_steps, s, 10 + round % 2 * 10, 0.6 + jitter, 2}); break;
+      case Kind::vector_vs_mean: specs.push_back({Kind::vector_vs_mean, g, 16, 1.6 + jitter}); break;
+      case Kind::max_steps: specs.push_back({Kind::max_steps, s, 100 - round % 3 * 10, 0.97 - jitter / 10}); break;
+    }
+  }
+  return specs;
+}
+
+std::string scalar_name(int s) { return fmt::format("metric_{:02}", s); }
+
+std::string render_rules(const std::vector<Spec>& specs) {
+  std::string out;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const Spec& r = specs[i];
+    const std::string x = scalar_name(r.series);
+    const std::string g =
+        fmt::format("grad_norm{{layer=~\"{}\"}}", layer_groups()[static_cast<std::size_t>(r.series)].regex);
+    std::string cond;
+    switch (r.kind) {
+      case Kind::threshold_for: cond = fmt::format("{} > {} for {} samples", x, r.t, r.for_n); break;
+      case Kind::mean_samples: cond = fmt::format("mean({}[{}]) > {}", x, r.window, r.t); break;
+      case Kind::median_steps: cond = fmt::format("{} > {} * median({}[{} steps])", x, r.t, x, r.window); break;
+      case Kind::spread_samples:
+        cond = fmt::format("max({0}[{1}]) - min({0}[{1}]) < {2}", x, r.window, r.t);
+        break;
+      case Kind::vector_for: cond = fmt::format("{} > {} for {} samples", g, r.t, r.for_n); break;
+      case Kind::ewma: cond = fmt::format("ewma({}, {}) > {}", x, r.alpha, r.t); break;
+      case Kind::aggregate_max: cond = fmt::format("max({}) > {}", g, r.t); break;
+      case Kind::and_mean_steps:
+        cond = fmt::format("{0} > 0.5 and mean({0}[{1} steps]) > {2} for {3} samples", x, r.window, r.t,
+                           r.for_n);
+        break;
+      case Kind::vector_vs_mean: cond = fmt::format("{0} > {1} * mean({0}[{2}])", g, r.t, r.window); break;
+      case Kind::max_steps: cond = fmt::format("max({}[{} steps]) < {}", x, r.window, r.t); break;
+    }
+    out += fmt::format("rule r{}: when {} do log\n", i, cond);
+  }
+  return out;
+}
+
+/// One pre-built observation per pool entry: every series, values uniform in
+/// [0, 1) from a fixed seed. Sample i is series id i (interned in that order).
+struct Data {
+  std::vector<std::vector<vigil::Sample>> samples;  // [pool][series]
+  std::vector<std::array<double, total_series>> values;
+};
+
+const Data& data() {
+  static const Data d = [] {
+    Data out;
+    std::mt19937_64 rng(20240601);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    out.samples.resize(pool_size);
+    out.values.resize(pool_size);
+    for (int p = 0; p < pool_size; ++p) {
+      for (int s = 0; s < total_series; ++s) {
+        const double v = u(rng);
+        out.values[static_cast<std::size_t>(p)][static_cast<std::size_t>(s)] = v;
+        out.samples[static_cast<std::size_t>(p)].push_back({static_cast<vigil::SeriesId>(s), v});
+      }
+    }
+    return out;
+  }();
+  return d;
+}
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "engine_bench: %s\n", message.c_str());
+  std::exit(2);
+}
+
+/// An engine over `specs` with all series interned (ids 0..99 in data order)
+/// and a `log` callback that counts.
+struct EngineSetup {
+  vigil::Engine engine;
+  std::uint64_t logged = 0;
+
+  explicit EngineSetup(const std::vector<Spec>& specs) : engine(compile(render_rules(specs))) {
+    engine.on("log", [this](const vigil::Firing&, const vigil::Action&) { ++logged; });
+    for (int s = 0; s < total_series; ++s) {
+      const std::string key = s < scalar_series
+                                  ? scalar_name(s)
+                                  : fmt::format("grad_norm{{layer=\"{}\"}}", layer_name(s - scalar_series));
+      auto id = engine.series(key);
+      if (!id || *id != static_cast<vigil::SeriesId>(s)) die("unexpected series id for " + key);
+    }
+  }
+
+  static vigil::Program compile(const std::string& text) {
+    auto result = vigil::compile_string(text, "bench.rules");
+    if (!result.ok()) die("workload does not compile:\n" + result.format_diagnostics());
+    return *result.program;
+  }
+};
+
+// ---- the hand-written baseline ------------------------------------------------
+
+/// The same conditions coded directly: a mirrored ring buffer per series (the
+/// newest W samples are one contiguous span), one state struct per rule and
+/// layer, a switch per rule. Same firing semantics as the engine: `for n`
+/// counts consecutive true evaluations, a rule fires once per run of truth.
+class HandWritten {
+ public:
+  explicit HandWritten(std::vector<Spec> specs) : specs_(std::move(specs)), state_(specs_.size()) {}
+
+  /// Feeds one observation (all series at once); returns the firings.
+  int observe(const std::array<double, total_series>& v) {
+    for (int s = 0; s < total_series; ++s) rings_[static_cast<std::size_t>(s)].put(v[static_cast<std::size_t>(s)]);
+    ++count_;
+    int fired = 0;
+    for (std::size_t i = 0; i < specs_.size(); ++i) fired += evaluate(specs_[i], state_[i], v);
+    return fired;
+  }
+
+ private:
+  static constexpr std::size_t cap = 128;  // >= the longest window
+  struct Ring {
+    std::array<double, 2 * cap> buf{};
+    std::size_t head = 0;
+    void put(double x) {
+      buf[head] = buf[head + cap] = x;
+      head = (head + 1) % cap;
+    }
+    /// The newest n samples, oldest first.
+    [[nodiscard]] const double* last(std::size_t n) const { return &buf[head + cap - n]; }
+  };
+  struct Elem {
+    int run = 0;
+    bool fired = false;
+    /// One evaluation; returns whether it fires.
+    bool step(bool cond, int for_n) {
+      if (!cond) {
+        run = 0;
+        fired = false;
+        return false;
+      }
+      ++run;
+      if (run < for_n || fired) return false;
+      fired = true;
+      return true;
+    }
+  };
+  struct State {
+    std::array<Elem, layer_series> elems{};
+    double ewma = 0;
+    bool ewma_started = false;
+  };
+
+  static double mean(const double* p, std::size_t n) {
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) sum += p[i];
+    return sum / static_cast<double>(n);
+  }
+  double median(const double* p, std::size_t n) {
+    std::copy(p, p + n, scratch_.begin());
+    auto* b = scratch_.data();
+    const std::size_t lo = (n - 1) / 2;
+    std::nth_element(b, b + lo, b + n);
+    if (n % 2 == 1) return b[lo];
+    const double hi = *std::min_element(b + lo + 1, b + n);
+    return b[lo] + 0.5 * (hi - b[lo]);
+  }
+  /// Samples held of a window of `w` steps (one sample per step here).
+  [[nodiscard]] std::size_t step_window(int w) const {
+    return std::min<std::size_t>(count_, static_cast<std::size_t>(w));
+  }
+
+  int evaluate(const Spec& r, State& st, const std::array<double, total_series>& v) {
+    const auto s = static_cast<std::size_t>(r.series);
+    const Ring& ring = rings_[s];
+    const double x = v[s];
+    const auto w = static_cast<std::size_t>(r.window);
+    switch (r.kind) {
+      case Kind::threshold_for: return st.elems[0].step(x > r.t, r.for_n);
+      case Kind::mean_samples:
+        return count_ >= w && st.elems[0].step(mean(ring.last(w), w) > r.t, 1);
+      case Kind::median_steps: {
+        const std::size_t n = step_window(r.window);
+        return st.elems[0].step(x > r.t * median(ring.last(n), n), 1);
+      }
+      case Kind::spread_samples: {
+        if (count_ < w) return 0;
+        const auto [lo, hi] = std::minmax_element(ring.last(w), ring.last(w) + w);
+        return st.elems[0].step(*hi - *lo < r.t, 1);
+      }
+      case Kind::vector_for: {
+        int fired = 0;
+        for (int m : layer_groups()[s].members)
+          fired += st.elems[static_cast<std::size_t>(m)].step(
+              v[static_cast<std::size_t>(scalar_series + m)] > r.t, r.for_n);
+        return fired;
+      }
+      case Kind::ewma:
+        st.ewma = st.ewma_started ? r.alpha * x + (1 - r.alpha) * st.ewma : x;
+        st.ewma_started = true;
+        return st.elems[0].step(st.ewma > r.t, 1);
+      case Kind::aggregate_max: {
+        double m = -1;
+        for (int l : layer_groups()[s].members) m = std::max(m, v[static_cast<std::size_t>(scalar_series + l)]);
+        return st.elems[0].step(m > r.t, 1);
+      }
+      case Kind::and_mean_steps: {
+        const std::size_t n = step_window(r.window);
+        return st.elems[0].step(x > 0.5 && mean(ring.last(n), n) > r.t, r.for_n);
+      }
+      case Kind::vector_vs_mean: {
+        if (count_ < w) return 0;
+        int fired = 0;
+        for (int m : layer_groups()[s].members) {
+          const auto series = static_cast<std::size_t>(scalar_series + m);
+          fired += st.elems[static_cast<std::size_t>(m)].step(
+              v[series] > r.t * mean(rings_[series].last(w), w), 1);
+        }
+        return fired;
+      }
+      case Kind::max_steps: {
+        const std::size_t n = step_window(r.window);
+        return st.elems[0].step(*std::max_element(ring.last(n), ring.last(n) + n) < r.t, 1);
+      }
+    }
+    return 0;
+  }
+
+  std::vector<Spec> specs_;
+  std::vector<State> state_;
+  std::array<Ring, total_series> rings_{};
+  std::array<double, cap> scratch_{};
+  std::size_t count_ = 0;
+};
+
+/// Runs engine and baseline side by side over `n` observations and stops the
+/// program if they disagree on any observation's firing count: the baseline
+/// is only a floor if it does the same work.
+void check_equivalent(const std::vector<Spec>& specs, int n) {
+  EngineSetup e(specs);
+  HandWritten h(specs);
+  const Data& d = data();
+  std::uint64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto p = static_cast<std::size_t>(i % pool_size);
+    const auto fe = e.engine.observe(i, d.samples[p]).size();
+    const auto fh = static_cast<std::size_t>(h.observe(d.values[p]));
+    if (fe != fh)
+      die(fmt::format("engine and hand-written baseline disagree at step {}: {} vs {} firings", i, fe, fh));
+    total += fe;
+  }
+  if (total == 0) die("workload never fires: thresholds are off");
+}
+
+// ---- observe benchmarks --------------------------------------------------------
+
+void run_observe(benchmark::State& state, int rules) {
+  const auto specs = make_specs(rules);
+  static bool checked = false;
+  if (!checked) {
+    check_equivalent(make_specs(100), 2 * pool_size);
+    checked = true;
+  }
+  EngineSetup e(specs);
+  const Data& d = data();
+  std::int64_t step = 0;
+  for (; step < warmup; ++step) e.engine.observe(step, d.samples[static_cast<std::size_t>(step % pool_size)]);
+  std::uint64_t firings = 0;
+  for (auto _ : state) {
+    auto fired = e.engine.observe(step, d.samples[static_cast<std::size_t>(step % pool_size)]);
+    firings += fired.size();
+    ++step;
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["rules"] = rules;
+  state.counters["plan_nodes"] = static_cast<double>(e.engine.program().plan_size());
+  state.counters["firings/obs"] =
+      benchmark::Counter(static_cast<double>(firings), benchmark::Counter::kAvgIterations);
+}
+
+void BM_Observe_100x100(benchmark::State& state) { run_observe(state, 100); }
+BENCHMARK(BM_Observe_100x100);
+
+void BM_Observe_HandWritten(benchmark::State& state) {
+  HandWritten h(make_specs(100));
+  const Data& d = data();
+  std::int64_t step = 0;
+  for (; step < warmup; ++step) h.observe(d.values[static_cast<std::size_t>(step % pool_size)]);
+  std::uint64_t firings = 0;
+  for (auto _ : state) {
+    firings += static_cast<std::uint64_t>(h.observe(d.values[static_cast<std::size_t>(step % pool_size)]));
+    ++step;
+  }
+  benchmark::DoNotOptimize(firings);
+  state.SetItemsProcessed(state.iterations());
+  state.counters["rules"] = 100;
+  state.counters["firings/obs"] =
+      benchmark::Counter(static_cast<double>(firings), benchmark::Counter::kAvgIterations);
+}
+BENCHMARK(BM_Observe_HandWritten);
+
+void BM_Observe(benchmark::State& state) { run_observe(state, static_cast<int>(state.range(0))); }
+BENCHMARK(BM_Observe)->Arg(10)->Arg(100)->Arg(1000);
+
+// ---- compile benchmarks -------------------------------------------------------
+
+/// A 1000-rule file in the shape of real ones: params, lets, templates and
+/// their uses (local and std.), named rules with descriptions and every
+/// clause, anonymous one-liners, actions with arguments.
+const std::string& thousand_rules() {
+  static const std::string text = [] {
+    std::string out =
+        "# generated benchmark rules\n"
+        "param spike_k = 2.5\nparam floor = 1e-7\nparam factor = 0.5\n"
+        "let gn_typical = median(grad_norm[200])\n"
+        "let conv = grad_norm{layer=~\"conv.*\"}\n"
+        "action notify(channel: string)\n"
+        "rule spike(metric = metric_00, k = 3, window = 50):\n"
+        "    when metric > k * median(metric[window]) for 2 samples\n"
+        "    severity warning\n"
+        "    do log\n"
+        "rule stuck(metric = metric_00, n = 20):\n"
+        "    when max(metric[n]) - min(metric[n]) < floor\n"
+        "    do alert(\"series stuck\")\n"
+        "rule drift(metric = metric_00, alpha = 0.1, limit = 0.8):\n"
+        "    when ewma(metric, alpha) > limit\n"
+        "    cooldown 10 steps\n"
+        "    do reduce_lr(factor = factor)\n";
+    for (int i = 0; i < 1000; ++i) {
+      const std::string x = scalar_name(i % scalar_series);
+      switch (i % 8) {
+        case 0:
+          out += fmt::format(
+              "rule grad_{0} \"gradient norm of group {0} far above typical\":\n"
+              "    when max(conv) > spike_k * gn_typical for {1} samples\n"
+              "    after 100 steps\n    severity error\n    do skip_step, alert(\"grad spike {0}\")\n",
+              i, 2 + i % 3);
+          break;
+        case 1: out += fmt::format("use spike(metric = {}, k = {}) as spike_{}\n", x, 2 + i % 4, i); break;
+        case 2:
+          out += fmt::format("use stuck(metric = {}, n = {}) as stuck_{} do notify(channel = \"#ml\")\n", x,
+                             10 + i % 20, i);
+          break;
+        case 3:
+          out += fmt::format("when {} > {} and mean({}[{} steps]) > 0.5 for 3 samples do log\n", x,
+                             0.9 + 0.0001 * i, x, 10 + i % 50);
+          break;
+        case 4:
+          out += fmt::format(
+              "rule val_{0}: when rel_change(val_loss[5 evals]) > -0.82% in eval cooldown 2 evals "
+              "severity info do log\n",
+              i);
+          break;
+        case 5: out += fmt::format("use drift(metric = {}, alpha = 0.{}) as drift_{}\n", x, 1 + i % 8, i); break;
+        case 6:
+          out += fmt::format(
+              "rule trend_{0} \"slope positive over a window\":\n"
+              "    when slope({1}[{2} steps]) > 0 and not is_nan({1})\n"
+              "    every {3} steps\n    severity critical\n    do checkpoint, stop(\"trend {0}\")\n",
+              i, x, 100 + i % 400, 10 + i % 90);
+          break;
+        case 7:
+          out += fmt::format("use std.loss_spike(metric = {}, k = {}, window = {}) as loss_spike_{}\n", x,
+                             3 + i % 3, 50 + i % 100, i);
+          break;
+      }
+    }
+    return out;
+  }();
+  return text;
+}
+
+void BM_Compile_1000_rules(benchmark::State& state) {
+  const std::string& text = thousand_rules();
+  std::size_t rules = 0;
+  for (auto _ : state) {
+    auto result = vigil::compile_string(text, "bench.rules");
+    if (!result.ok()) {
+      state.SkipWithError(result.format_diagnostics().c_str());
+      return;
+    }
+    rules = result.program->rules().size();
+    benchmark::DoNotOptimize(result);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * text.size()));
+  state.counters["rules"] = static_cast<double>(rules);
+}
+BENCHMARK(BM_Compile_1000_rules)->Unit(benchmark::kMillisecond);
+
+void BM_Parse_1000_rules(benchmark::State& state) {
+  vigil::SourceSet sources;
+  const std::uint32_t file = sources.add("bench.rules", thousand_rules());
+  std::size_t statements = 0;
+  for (auto _ : state) {
+    auto result = vigil::grammar::parse(sources, file);
+    if (!result.ok()) {
+      state.SkipWithError("parse failed");
+      return;
+    }
+    statements = result.file.statements.size();
+    benchmark::DoNotOptimize(result);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * thousand_rules().size()));
+  state.counters["statements"] = static_cast<double>(statements);
+}
+BENCHMARK(BM_Parse_1000_rules)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,242 @@
+// The compiler end to end (checker + planner) through the public API:
+// what the plan shares and folds, how errors are collected, how imports and
+// the standard library resolve, and that hostile input gives diagnostics,
+// never a crash.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "vigil/engine.hpp"
+#include "vigil/program.hpp"
+
+namespace {
+
+vigil::Program compile_ok(std::string_view text) {
+  auto r = vigil::compile_string(text, "t.rules");
+  EXPECT_TRUE(r.ok()) << r.format_diagnostics();
+  if (!r.ok()) throw std::runtime_error("compile failed");
+  return *r.program;
+}
+
+std::size_t error_count(const vigil::CompileResult& r) {
+  std::size_t n = 0;
+  for (const auto& d : r.diagnostics) n += d.level == vigil::DiagLevel::error;
+  return n;
+}
+
+TEST(Planner, SharesCommonSubexpressionsAcrossRules) {
+  auto one = compile_ok("when loss > 2 * mean(loss[10]) do log");
+  // The second rule repeats the whole comparison and adds `and x > 1`:
+  // only x, 1, gt and `and` are new.
+  auto two = compile_ok(
+      "when loss > 2 * mean(loss[10]) do log\n"
+      "when loss > 2 * mean(loss[10]) and x > 1 do log\n");
+  EXPECT_EQ(one.plan_size(), 5u);  // loss, 2, mean(loss[10]), *, >
+  EXPECT_EQ(two.plan_size(), one.plan_size() + 4);
+}
+
+TEST(Planner, FoldsConstants) {
+  // 2 * 3 + 1 folds to one constant: plan = loss, 7, >.
+  auto p = compile_ok("when loss > 2 * 3 + 1 do log");
+  EXPECT_EQ(p.plan_size(), 3u);
+  // Folded value is used: 7 does not fire, 8 does.
+  vigil::Engine e(p, {.unbound = vigil::UnboundActions::record});
+  EXPECT_TRUE(e.observe(0, {{"loss", 7}}).empty());
+  EXPECT_EQ(e.observe(1, {{"loss", 8}}).size(), 1u);
+}
+
+TEST(Planner, ParamsFoldIntoThePlanAndEngineParamsRecompile) {
+  auto p = compile_ok("param k = 5\nwhen loss > k do log");
+  vigil::Engine plain(p, {.unbound = vigil::UnboundActions::record});
+  vigil::Engine tuned(p, {.params = {{"k", 1.0}}, .unbound = vigil::UnboundActions::record});
+  EXPECT_TRUE(plain.observe(0, {{"loss", 3}}).empty());
+  EXPECT_EQ(tuned.observe(0, {{"loss", 3}}).size(), 1u);
+  EXPECT_EQ(std::get<double>(tuned.program().params().at("k")), 1.0);
+  EXPECT_THROW(vigil::Engine(p, {.params = {{"nope", 1.0}}}), vigil::Error);
+}
+
+TEST(Checker, ReportsEveryErrorOfEveryStatement) {
+  auto r = vigil::compile_string(
+      "when meen(loss[5]) > 1 do log\n"
+      "when loss > 1 severity hgih do log\n"
+      "when loss do stoop\n"
+      "when ewma(loss) > 1 do log\n",
+      "t.rules");
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(error_count(r), 5u) << r.format_diagnostics();
+}
+
+TEST(Checker, StopsAtTheErrorCap) {
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += "when meen(loss[5]) > 1 do log\n";
+  vigil::CompileOptions options;
+  options.max_errors = 20;
+  auto r = vigil::compile_string(text, "t.rules", options);
+  EXPECT_EQ(error_count(r), 20u);
+}
+
+TEST(Checker, SeriesUsesNameWhereEachSeriesIsRead) {
+  auto p = compile_ok("let g = grad_norm(layer=~\"conv.*\")\nwhen g > 1 and max(loss[5]) > 2 do log");
+  std::vector<std::string> names;
+  for (const auto& u : p.series_uses()) names.push_back(u.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"grad_norm", "loss"}));
+}
+
+TEST(Checker, WarnsWhenASeriesNameIsATypoOfADeclaredName) {
+  auto r = vigil::compile_string("param lr_factor = 0.5\nwhen loss > lr_factr do log", "t.rules");
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(r.diagnostics[0].level, vigil::DiagLevel::warning);
+  EXPECT_EQ(r.diagnostics[0].suggestion, "lr_factor");
+}
+
+TEST(Checker, UnknownParamOverrideIsAnError) {
+  vigil::CompileOptions options;
+  options.params["windw"] = 3.0;
+  auto r = vigil::compile_string("param window = 10\nwhen mean(loss[window]) > 1 do log", "t.rules",
+                                 options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.diagnostics[0].suggestion, "window");
+}
+
+TEST(Checker, StandardLibraryTemplatesAndActions) {
+  auto p = compile_ok(
+      "use std.loss_spike(metric = val_loss, k = 3, window = 4, n = 1) as vs\n"
+      "use std.terminate_on_nan(metric = loss)\n");
+  ASSERT_EQ(p.rules().size(), 2u);
+  EXPECT_EQ(p.rules()[0].name, "vs");
+  EXPECT_EQ(p.rules()[1].name, "terminate_on_nan");
+  EXPECT_EQ(p.rules()[1].severity, vigil::Severity::critical);
+  ASSERT_EQ(p.rules()[1].actions.size(), 1u);
+  EXPECT_EQ(p.rules()[1].actions[0].name, "stop");
+  // Defaults of standard actions are filled in.
+  auto q = compile_ok("when loss > 1 do reduce_lr");
+  EXPECT_EQ(q.rules()[0].actions[0].number("factor"), 0.1);
+  EXPECT_EQ(q.rules()[0].actions[0].number("min_lr", -1), 0.0);
+}
+
+TEST(Checker, ImportsResolveRelativeToTheImportingFileAndDetectCycles) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / "vigil_import_test";
+  fs::create_directories(dir / "team");
+  std::ofstream(dir / "main.rules") << "import \"team/common.rules\"\nuse spike(k = 2) do log\n";
+  std::ofstream(dir / "team" / "common.rules")
+      << "import \"more.rules\"\nrule spike(metric = loss, k = 5):\n  when metric > k do alert\n";
+  std::ofstream(dir / "team" / "more.rules") << "when grad_norm > 10 do log\n";
+  auto r = vigil::compile_file((dir / "main.rules").string());
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  ASSERT_EQ(r.program->rules().size(), 2u);  // the imported anonymous rule runs too
+  EXPECT_EQ(r.program->rules()[1].name, "spike");
+
+  std::ofstream(dir / "team" / "more.rules") << "import \"common.rules\"\n";
+  auto cyc = vigil::compile_file((dir / "main.rules").string());
+  ASSERT_FALSE(cyc.ok());
+  EXPECT_EQ(cyc.diagnostics[0].code, "import-cycle") << cyc.format_diagnostics();
+  fs::remove_all(dir);
+}
+
+TEST(Checker, MissingRuleFileIsADiagnostic) {
+  auto r = vigil::compile_file("/nonexistent/x.rules");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.format_diagnostics().find("cannot read rule file"), std::string::npos);
+}
+
+// ---- hostile input: errors, never crashes ---------------------------------
+
+TEST(Robustness, HundredThousandNestedParentheses) {
+  std::string text = "when " + std::string(100000, '(') + "loss" + std::string(100000, ')') +
+                     " > 1 do log";
+  auto r = vigil::compile_string(text, "deep.rules");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.format_diagnostics().find("nested too deeply"), std::string::npos);
+}
+
+TEST(Robustness, HugeNumberIsAnError) {
+  auto r = vigil::compile_string("when loss > 1e999999 do log", "big.rules");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.format_diagnostics().find("out of range"), std::string::npos);
+}
+
+TEST(Robustness, OneMegabyteRuleFileCompiles) {
+  std::string text;
+  int n = 0;
+  while (text.size() < (1u << 20)) {
+    text += "rule r" + std::to_string(n) + " \"generated\":\n    when loss{run=\"" +
+            std::to_string(n % 50) + "\"} > " + std::to_string(n) +
+            " * median(loss[" + std::to_string(1 + n % 20) + "]) for 3 samples\n    do log\n";
+    ++n;
+  }
+  auto r = vigil::compile_string(text, "big.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics().substr(0, 500);
+  EXPECT_EQ(r.program->rules().size(), static_cast<std::size_t>(n));
+}
+
+TEST(Robustness, LongLetChainsAreBoundedNotRecursedForever) {
+  std::string text = "let a0 = loss\n";
+  for (int i = 1; i < 5000; ++i)
+    text += "let a" + std::to_string(i) + " = a" + std::to_string(i - 1) + " + 1\n";
+  text += "when a4999 > 1 do log\n";
+  auto r = vigil::compile_string(text, "lets.rules");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.format_diagnostics().find("nested too deeply"), std::string::npos);
+}
+
+TEST(Robustness, EngineStateBytesAreValidated) {
+  auto p = compile_ok("when mean(loss[3]) > 1 do log");
+  vigil::Engine e(p, {.unbound = vigil::UnboundActions::record});
+  e.observe(0, {{"loss", 1}});
+  std::string state = e.save_state();
+  vigil::Engine other(p, {.unbound = vigil::UnboundActions::record});
+  EXPECT_THROW(other.restore_state("garbage"), vigil::Error);
+  for (std::size_t cut = 0; cut < state.size(); cut += 7)
+    EXPECT_THROW(other.restore_state(state.substr(0, cut)), vigil::Error) << cut;
+  auto different = compile_ok("when mean(loss[4]) > 1 do log\nwhen x > 1 do log");
+  vigil::Engine third(different, {.unbound = vigil::UnboundActions::record});
+  EXPECT_THROW(third.restore_state(state), vigil::Error);
+  other.restore_state(state);  // the intact bytes restore
+  EXPECT_EQ(other.stats().observations, 1u);
+}
+
+TEST(SeriesKeys, ParseAndFormatRoundTrip) {
+  std::string name;
+  vigil::Labels labels;
+  ASSERT_TRUE(vigil::parse_series_key(R"(grad_norm{layer="conv1.weight",rank="0"})", name, labels));
+  EXPECT_EQ(name, "grad_norm");
+  ASSERT_EQ(labels.size(), 2u);
+  EXPECT_EQ(labels[0], (std::pair<std::string, std::string>{"layer", "conv1.weight"}));
+  // Labels are sorted; quotes and backslashes escaped.
+  ASSERT_TRUE(vigil::parse_series_key(R"(x{b="q\"uote",a="back\\slash"})", name, labels));
+  EXPECT_EQ(vigil::format_series_key(name, labels), R"(x{a="back\\slash",b="q\"uote"})");
+  for (const char* bad : {"", "{a=\"b\"}", "x{a=b}", "x{a=\"b\"", "x{a=\"b\",a=\"c\"}", "x{=\"b\"}"})
+    EXPECT_FALSE(vigil::parse_series_key(bad, name, labels)) << bad;
+}
+
+TEST(Values, ParseValue) {
+  EXPECT_EQ(std::get<double>(vigil::parse_value("0.5")), 0.5);
+  EXPECT_EQ(std::get<double>(vigil::parse_value("5%")), 0.05);
+  EXPECT_EQ(std::get<bool>(vigil::parse_value("true")), true);
+  EXPECT_EQ(std::get<std::string>(vigil::parse_value("val_loss")), "val_loss");
+  EXPECT_EQ(std::get<std::string>(vigil::parse_value("1e999999")), "1e999999");
+}
+
+TEST(Explain, ShowsWindowsAndThePendingTimeline) {
+  auto p = compile_ok("rule r:\n  when loss > 2 * mean(loss[3]) for 2 samples\n  do log");
+  vigil::Engine e(p, {.unbound = vigil::UnboundActions::record});
+  e.observe(1, {{"loss", 1}});
+  e.observe(2, {{"loss", 1}});
+  e.observe(3, {{"loss", 1}});
+  e.observe(4, {{"loss", 10}});  // 10 > 2 * 4
+  auto fs = e.observe(5, {{"loss", 40}});  // 40 > 2 * 17
+  ASSERT_EQ(fs.size(), 1u);
+  std::string text = e.explain(fs[0]);
+  EXPECT_NE(text.find("loss = 40 (step 5)"), std::string::npos) << text;
+  EXPECT_NE(text.find("[1@3 10@4 40@5]"), std::string::npos) << text;
+  EXPECT_NE(text.find("pending since step 4: 2 consecutive true evaluations (4, 5)"),
+            std::string::npos)
+      << text;
+}
+
+}  // namespace
