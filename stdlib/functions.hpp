@@ -111,3 +111,11 @@ std::span<const EmbeddedFile> standard_rule_files();
 std::string_view standard_actions_source();
 
 }  // namespace vigil::stdlib
+
+namespace vigil::stdlib {
+
+/// The function reference in Markdown (docs/functions.md), generated from the
+/// registry records so the docs cannot drift from the signatures.
+std::string render_function_reference(const FunctionRegistry& registry);
+
+}  // namespace vigil::stdlib

@@ -28,7 +28,8 @@ std::string gen_text(bool allow_newline) {
   const auto chars = *rc::gen::container<std::vector<int>>(rc::gen::inRange(0, 100));
   std::string out;
   for (int c : chars) {
-    if (c < 95) out += static_cast<char>(' ' + c);  // printable ASCII
+    // Printable ASCII; names (no newline allowed) cannot hold a backtick.
+    if (c < 95) out += (!allow_newline && ' ' + c == '`') ? 'b' : static_cast<char>(' ' + c);
     else if (c < 97) out += allow_newline ? '\n' : 'n';
     else out += allow_newline ? '\t' : 't';
   }

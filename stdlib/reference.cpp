@@ -1,0 +1,66 @@
+// docs/functions.md, rendered from the registry.
+#include <fmt/format.h>
+
+#include "stdlib/functions.hpp"
+
+namespace vigil::stdlib {
+namespace {
+
+std::string signature(const FunctionDef& d) {
+  std::string ps;
+  for (const auto& p : d.params) {
+    if (!ps.empty()) ps += ", ";
+    if (p.type == ArgType::range)
+      ps += fmt::format("{}[N]", p.name);
+    else if (!p.choices.empty())
+      ps += fmt::format("{}: \"{}\"", p.name, p.choices);
+    else
+      ps += fmt::format("{}{}", p.name, p.constant ? " (constant)" : "");
+  }
+  if (d.variadic) ps += ", ...";
+  return fmt::format("{}({}) -> {}", d.name, ps, d.result == ArgType::boolean ? "bool" : "number");
+}
+
+}  // namespace
+
+std::string render_function_reference(const FunctionRegistry& registry) {
+  struct Family {
+    FnKind kind;
+    std::string_view title, intro;
+  };
+  static constexpr Family families[] = {
+      {FnKind::elementwise, "Elementwise functions",
+       "Applied to each element of a vector (or to a scalar); vectors combine by identical label "
+       "sets."},
+      {FnKind::aggregate, "Aggregations across series",
+       "Reduce a vector to one scalar with empty labels. An empty vector is undefined: the rule "
+       "is not evaluated."},
+      {FnKind::range, "Range functions",
+       "Reduce each series' window `x[N]`, `x[N steps]`, `x[N evals]`, `x[10m]` to one value. A "
+       "NaN in the window makes numeric reductions NaN, except `count`, `first`, `last`, "
+       "`changes`."},
+      {FnKind::stateful, "Stateful functions",
+       "Follow each series over its whole history; the state advances at every new sample of the "
+       "argument, whether or not the rule is evaluated then. A NaN sample yields NaN and leaves "
+       "the state unchanged (except `prev`)."},
+  };
+  std::string out =
+      "# Function reference\n\n"
+      "Generated from the function registry (`stdlib/functions.cpp`) by\n"
+      "`VIGIL_UPDATE_GOLDEN=1 ctest -R FunctionReference`; do not edit by hand.\n";
+  for (const auto& f : families) {
+    out += fmt::format("\n## {}\n\n{}\n\n| signature | meaning | example | warm-up |\n|---|---|---|---|\n",
+                       f.title, f.intro);
+    for (const auto& d : registry.all()) {
+      if (d.kind != f.kind) continue;
+      std::string warm(d.warmup);
+      if (warm.empty() && d.kind == FnKind::range && d.min_samples > 1)
+        warm = fmt::format("needs {} samples in the window", d.min_samples);
+      out += fmt::format("| `{}` | {} | `{}` | {} |\n", signature(d), d.doc, d.example,
+                         warm.empty() ? "-" : warm);
+    }
+  }
+  return out;
+}
+
+}  // namespace vigil::stdlib
