@@ -97,13 +97,13 @@ std::vector<Spec> make_specs(int n) {
     switch (static_cast<Kind>(i % kind_count)) {
       case Kind::threshold_for: specs.push_back({Kind::threshold_for, s, 0, 0.9 + jitter, 3}); break;
       case Kind::mean_samples: specs.push_back({Kind::mean_samples, s, 20 + round % 3 * 5, 0.6 + jitter}); break;
-      case Kind::median_steps: specs.push_back({Kind::median_steps, s, 50 - round % 4 * 8, 1.8 + jitter}); break;
-      case Kind::spread_samples: specs.push_back({Kind::spread_samples, s, 32, 0.9 - jitter}); break;
+      case Kind::median_steps: specs.push_back({Kind::median_steps, s, 50 - round % 4 * 8, 1.95 + jitter}); break;
+      case Kind::spread_samples: specs.push_back({Kind::spread_samples, s, 32, 0.85 - jitter}); break;
       case Kind::vector_for: specs.push_back({Kind::vector_for, g, 0, 0.95 + jitter / 10, 2}); break;
       case Kind::ewma: specs.push_back({Kind::ewma, s, 0, 0.65 + jitter, 1, 0.1 + round % 3 * 0.05}); break;
-      case Kind::aggregate_max: specs.push_back({Kind::aggregate_max, g, 0, 0.99 + jitter / 100}); break;
-      case Kind::and_mean_steps: specs.push_back({Kind::and_mean_steps, s, 10 + round % 2 * 10, 0.6 + jitter, 2}); break;
-      case Kind::vector_vs_mean: specs.push_back({Kind::vector_vs_mean, g, 16, 1.6 + jitter}); break;
+      case Kind::aggregate_max: specs.push_back({Kind::aggregate_max, g, 0, 0.995 + jitter / 100}); break;
+      case Kind::and_mean_steps: specs.push_back({Kind::and_mean_steps, s, 10 + round % 2 * 10, 0.65 + jitter, 2}); break;
+      case Kind::vector_vs_mean: specs.push_back({Kind::vector_vs_mean, g, 16, 1.9 + jitter}); break;
       case Kind::max_steps: specs.push_back({Kind::max_steps, s, 100 - round % 3 * 10, 0.97 - jitter / 10}); break;
     }
   }
@@ -117,8 +117,11 @@ std::string render_rules(const std::vector<Spec>& specs) {
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const Spec& r = specs[i];
     const std::string x = scalar_name(r.series);
+    const auto& groups = layer_groups();
     const std::string g =
-        fmt::format("grad_norm{{layer=~\"{}\"}}", layer_groups()[static_cast<std::size_t>(r.series)].regex);
+        r.series < static_cast<int>(groups.size())
+            ? fmt::format("grad_norm{{layer=~\"{}\"}}", groups[static_cast<std::size_t>(r.series)].regex)
+            : std::string();
     std::string cond;
     switch (r.kind) {
       case Kind::threshold_for: cond = fmt::format("{} > {} for {} samples", x, r.t, r.for_n); break;

@@ -111,9 +111,15 @@ struct string_token {
 };
 
 // backtick_name = "`" char {char} "`" ;      (any char except backtick and newline)
-struct backtick_close : one<'`'> {};
-struct backtick_body : plus<pegtl::not_one<'`', '\n', '\r'>> {};
-struct backtick_name : seq<one<'`'>, must<backtick_body>, must<backtick_close>> {};
+// Hand-written like string_token: an unterminated name is reported at its
+// opening backtick.
+struct backtick_name {
+  using rule_t = backtick_name;
+  using subs_t = pegtl::type_list<>;
+  template <pegtl::apply_mode A, pegtl::rewind_mode M, template <typename...> class Action,
+            template <typename...> class Control, typename ParseInput, typename State>
+  static bool match(ParseInput& in, State& st);
+};
 
 // ---- durations ------------------------------------------------------------------
 
@@ -393,6 +399,8 @@ struct next_statement : seq<ws, sor<eof, must<statement>>> {};
 // Hand-raised errors (not tied to a grammar rule) still take their text from
 // this table, through these tag types.
 struct unterminated_string {};
+struct unterminated_backtick {};
+struct empty_backtick {};
 struct unknown_escape {};
 struct number_out_of_range {};
 struct duplicate_clause {};
@@ -444,8 +452,8 @@ template <> inline constexpr auto error_message<rbracket> = "expected ']'";
 template <> inline constexpr auto error_message<rbrace> = "expected '}'";
 template <> inline constexpr auto error_message<matcher> = "expected label matcher (label=\"value\")";
 template <> inline constexpr auto error_message<matcher_value> = "label matcher value must be a string";
-template <> inline constexpr auto error_message<backtick_body> = "expected name inside backticks";
-template <> inline constexpr auto error_message<backtick_close> = "unterminated backtick name";
+template <> inline constexpr auto error_message<empty_backtick> = "empty name in backticks";
+template <> inline constexpr auto error_message<unterminated_backtick> = "unterminated backtick name";
 template <> inline constexpr auto error_message<too_deep> = "expression nested too deeply";
 template <> inline constexpr auto error_message<chained_comparison> = "comparison operators cannot be chained; use 'and'";
 template <> inline constexpr auto error_message<unterminated_string> = "unterminated string";

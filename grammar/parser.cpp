@@ -207,6 +207,23 @@ bool peg::string_token::match(ParseInput& in, St& st) {
   return true;
 }
 
+template <pegtl::apply_mode A, pegtl::rewind_mode M, template <typename...> class Action,
+          template <typename...> class Control, typename ParseInput, typename St>
+bool peg::backtick_name::match(ParseInput& in, St& st) {
+  if (in.empty() || in.peek_char() != '`') return false;
+  const char* open = in.current();
+  const char* p = open + 1;
+  while (p != in.end() && *p != '`' && *p != '\n' && *p != '\r') ++p;
+  if (p == in.end() || *p != '`') {
+    throw SyntaxError{error_message<unterminated_backtick>, st.offset(open), st.offset(p)};
+  }
+  if (p == open + 1) {
+    throw SyntaxError{error_message<empty_backtick>, st.offset(open), st.offset(p + 1)};
+  }
+  in.bump(static_cast<std::size_t>(p + 1 - open));
+  return true;
+}
+
 namespace {
 
 template <typename Rule>
@@ -862,13 +879,26 @@ std::uint32_t token_end(std::string_view text, std::uint32_t pos) {
   return pos + 1;
 }
 
-// Parse errors at the very end of the file point just past the last token
-// instead, where the missing text belongs and a source line is visible.
-std::uint32_t pull_back_from_eof(std::string_view text, std::uint32_t pos) {
+bool starts_statement(std::string_view text, std::size_t pos);
+
+bool at_line_start(std::string_view text, std::size_t pos) {
+  while (pos > 0 && (text[pos - 1] == ' ' || text[pos - 1] == '\t')) --pos;
+  return pos == 0 || text[pos - 1] == '\n';
+}
+
+// A statement cut short at the end of the file, or by the next statement
+// (`let w = (a +` followed by `rule ...`), is reported just past its last
+// token, where the missing text belongs, rather than at the next statement.
+std::uint32_t pull_back_to_last_token(std::string_view text, std::uint32_t pos) {
+  bool cut = true;
   for (std::size_t i = pos; i < text.size(); ++i) {
     const char c = text[i];
-    if (c != ' ' && c != '\t' && c != '\r' && c != '\n') return pos;
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n') {
+      cut = i == pos && at_line_start(text, pos) && starts_statement(text, pos);
+      break;
+    }
   }
+  if (!cut) return pos;
   while (pos > 0) {
     const char c = text[pos - 1];
     if (c != ' ' && c != '\t' && c != '\r' && c != '\n') break;
@@ -908,6 +938,21 @@ std::size_t recovery_point(std::string_view text, std::size_t pos) {
   return text.size();
 }
 
+// "did you mean" for a misspelt keyword where a clause or statement was expected.
+std::string suggest_keyword(std::string_view text, std::uint32_t at, std::string_view message) {
+  if (at >= text.size() || !is_ident_char(text[at])) return {};
+  std::size_t e = at;
+  while (e < text.size() && is_ident_char(text[e])) ++e;
+  const std::string_view word = text.substr(at, e - at);
+  if (message == g::error_message<g::do_clause>) {
+    return closest_match(word, {"do", "for", "after", "every", "cooldown", "severity", "in"});
+  }
+  if (message == g::error_message<g::statement>) {
+    return closest_match(word, {"rule", "when", "use", "param", "let", "import", "action"});
+  }
+  return {};
+}
+
 Diagnostic make_error(std::uint32_t file, std::string message, std::uint32_t begin,
                       std::uint32_t end) {
   Diagnostic d;
@@ -943,6 +988,7 @@ ParseResult parse(const SourceSet& sources, std::uint32_t file) {
   while (pos <= text.size() && result.diagnostics.size() < max_errors) {
     Input in(text.data() + pos, text.data() + text.size(), sources[file].name.c_str());
     std::optional<Diagnostic> error;
+    std::uint32_t resume_at = 0;  // where the failure was detected, for recovery
     try {
       pegtl::parse<g::next_statement, action, g::control>(in, st);
       if (!st.exprs.empty() || !st.ops.empty()) {
@@ -953,29 +999,30 @@ ParseResult parse(const SourceSet& sources, std::uint32_t file) {
       pos = static_cast<std::size_t>(in.current() - text.data());
     } catch (const pegtl::parse_error& e) {
       auto at = static_cast<std::uint32_t>(pos + e.positions().front().byte);
-      at = pull_back_from_eof(view, at);
       std::string message(e.message());
       if (at < text.size() && !is_language_char(text[at])) {
         message = fmt::format(fmt::runtime(g::error_message<g::unexpected_character>),
                               describe_char(text[at]));
       }
-      error = make_error(file, std::move(message), at, token_end(view, at));
+      const std::uint32_t shown = pull_back_to_last_token(view, at);
+      error = make_error(file, std::move(message), shown, token_end(view, shown));
+      error->suggestion = suggest_keyword(view, at, e.message());
+      resume_at = at;
     } catch (const SyntaxError& e) {
       error = make_error(file, e.message, e.begin, e.end);
+      resume_at = e.begin;
     } catch (const std::bad_alloc&) {
       error = make_error(file, "out of memory", static_cast<std::uint32_t>(pos),
                          static_cast<std::uint32_t>(pos));
+      resume_at = static_cast<std::uint32_t>(pos);
     }
     st.reset();
     if (error) {
-      const std::uint32_t at = error->range.begin;
+      const std::uint32_t at = resume_at;
       result.diagnostics.push_back(std::move(*error));
       // An error right at a statement keyword that starts its line (e.g. a
       // missing ')' noticed at the next `rule`) leaves that statement intact.
-      std::size_t line_start = at;
-      while (line_start > 0 && (text[line_start - 1] == ' ' || text[line_start - 1] == '\t')) --line_start;
-      const bool at_line_start = line_start == 0 || text[line_start - 1] == '\n';
-      if (at > pos && at_line_start && starts_statement(view, at)) {
+      if (at > pos && at_line_start(view, at) && starts_statement(view, at)) {
         pos = at;
         continue;
       }

@@ -5,6 +5,7 @@
 // Allocation: columns, ring buffers and per-label state grow while new series
 // and labels appear (warm-up); once every series has been seen and windows
 // are full, observe() does not allocate.
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -496,9 +497,86 @@ struct Engine::Impl {
     }
   }
 
+  /// Operators over whole columns with Eigen when the operands line up (the
+  /// same label sets, or a scalar against a vector): one dispatch on the
+  /// operator per node, not per element. Returns false to take the general
+  /// join path.
+  bool eval_operator(const PlanNode& n, Column& out) {
+    if (n.op == ir::Op::call) return false;
+    using Array = Eigen::ArrayXd;
+    using Map = Eigen::Map<const Array>;
+    const std::uint32_t li = n.inputs[0];
+    const Column& l = columns[li];
+    const auto size = static_cast<Eigen::Index>(l.values.size());
+    if (n.inputs.size() == 1) {
+      out.labels.assign(l.labels.begin(), l.labels.end());
+      out.values.resize(l.values.size());
+      Eigen::Map<Array> o(out.values.data(), size);
+      Map a(l.values.data(), size);
+      if (n.op == ir::Op::neg)
+        o = -a;
+      else
+        o = ((a == 0) || (a != a)).cast<double>();
+      copy_fresh(li, out);
+      return true;
+    }
+    const std::uint32_t ri = n.inputs[1];
+    const Column& r = columns[ri];
+    const bool lv = plan->nodes[li].vector, rv = plan->nodes[ri].vector;
+    if (lv == rv && l.labels != r.labels) return false;  // needs a join
+    const Column& shape = lv || !rv ? l : r;
+    const auto m = static_cast<Eigen::Index>(shape.values.size());
+    out.labels.assign(shape.labels.begin(), shape.labels.end());
+    out.values.resize(shape.values.size());
+    if ((!lv && l.values.empty()) || (!rv && r.values.empty())) {
+      out.clear();
+      return true;
+    }
+    Eigen::Map<Array> o(out.values.data(), m);
+    if (lv == rv)
+      binary(n.op, Map(l.values.data(), m), Map(r.values.data(), m), o);
+    else if (lv)
+      binary(n.op, Map(l.values.data(), m), Array::Constant(m, r.values[0]), o);
+    else
+      binary(n.op, Array::Constant(m, l.values[0]), Map(r.values.data(), m), o);
+    out.fresh.assign(shape.values.size(), 0);
+    for (std::size_t i = 0; i < out.fresh.size(); ++i)
+      out.fresh[i] = fresh_at(li, lv ? i : 0) || fresh_at(ri, rv ? i : 0);
+    return true;
+  }
+
+  void copy_fresh(std::uint32_t in, Column& out) const {
+    out.fresh.assign(columns[in].fresh.begin(), columns[in].fresh.end());
+    if (columns[in].computed != obs) std::fill(out.fresh.begin(), out.fresh.end(), 0);
+  }
+
+  /// The operator semantics of interp::apply_binary, on whole arrays.
+  template <class A, class B, class O>
+  static void binary(ir::Op op, const A& a, const B& b, O& o) {
+    auto truth = [](const auto& x) { return (x != 0) && (x == x); };
+    switch (op) {
+      case ir::Op::add: o = a + b; break;
+      case ir::Op::sub: o = a - b; break;
+      case ir::Op::mul: o = a * b; break;
+      case ir::Op::div: o = a / b; break;
+      case ir::Op::mod: o = a.binaryExpr(b, [](double x, double y) { return std::fmod(x, y); }); break;
+      case ir::Op::pow: o = a.binaryExpr(b, [](double x, double y) { return std::pow(x, y); }); break;
+      case ir::Op::lt: o = (a < b).template cast<double>(); break;
+      case ir::Op::le: o = (a <= b).template cast<double>(); break;
+      case ir::Op::gt: o = (a > b).template cast<double>(); break;
+      case ir::Op::ge: o = (a >= b).template cast<double>(); break;
+      case ir::Op::eq: o = (a == b).template cast<double>(); break;
+      case ir::Op::ne: o = ((a != b) && (a == a) && (b == b)).template cast<double>(); break;
+      case ir::Op::and_: o = (truth(a) && truth(b)).template cast<double>(); break;
+      case ir::Op::or_: o = (truth(a) || truth(b)).template cast<double>(); break;
+      default: o.setConstant(std::numeric_limits<double>::quiet_NaN()); break;
+    }
+  }
+
   /// Elementwise over 1..k inputs: vectors are joined on identical label
   /// sets, scalars broadcast.
   void eval_elementwise(const PlanNode& n, Column& out) {
+    if (eval_operator(n, out)) return;
     const std::size_t k = n.inputs.size();
     std::uint32_t driver = no_node;
     for (auto in : n.inputs)
@@ -547,18 +625,6 @@ struct Engine::Impl {
   }
 
   // ---- rules ----------------------------------------------------------------
-
-  /// Position of "now" on a duration's axis.
-  double coordinate(ir::Unit u, const ElemState* e) const {
-    switch (u) {
-      case ir::Unit::samples:
-      case ir::Unit::evals: return e ? static_cast<double>(e->evals) : 0;
-      case ir::Unit::steps: return static_cast<double>(step);
-      case ir::Unit::seconds: return time;
-      case ir::Unit::epochs: return epoch;
-    }
-    return nan;
-  }
 
   bool gate(const interp::PlanRule& pr, RuleState& rs) {
     const ir::Rule& r = pr.rule;

@@ -333,6 +333,19 @@ TEST(NaN, InsideRangeMakesMeanNaNButCountCounts) {
             (StepValues{{1, 1}, {2, 2}, {3, 3}, {4, 3}, {5, 3}, {6, 3}}));
 }
 
+TEST(NaN, InsideRangeMakesDeltaAndRelChangeNaN) {
+  // delta and rel_change are numeric reductions, not among the exceptions
+  // (count, first, last, changes): a NaN anywhere in the window makes them NaN,
+  // even when first and last are numbers. first/last stay the samples.
+  auto trace = series_x({1, nan, 0.5});
+  EXPECT_EQ(values_of("delta(x[3])", trace), (StepValues{}));
+  EXPECT_EQ(steps(run("rule r: when is_nan(delta(x[3])) do log", trace)),
+            (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(steps(run("rule r: when is_nan(rel_change(x[3 steps])) do log", trace)),
+            (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(values_of("first(x[3]) - last(x[3])", trace), (StepValues{{3, 0.5}}));
+}
+
 // ---- vectors -----------------------------------------------------------------
 
 TEST(Vector, PerSeriesStateWithAlternatingLayers) {

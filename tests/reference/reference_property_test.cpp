@@ -16,6 +16,8 @@
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -30,6 +32,25 @@ namespace ref = vigil::reference;
 namespace {
 
 constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+/// VIGIL_REF_EXCLUDE=delta,nan,... leaves generator features out (function
+/// names, `nan` values, `not`, `is_nan`, clause keywords), to look past a known
+/// engine bug while it is open. Empty by default: everything is generated.
+bool excluded(std::string_view feature) {
+  static const std::string list = [] {
+    const char* env = std::getenv("VIGIL_REF_EXCLUDE");
+    return "," + std::string(env ? env : "") + ",";
+  }();
+  return list.find("," + std::string(feature) + ",") != std::string::npos;
+}
+
+template <class T>
+std::vector<T> without_excluded(const std::vector<T>& xs) {
+  std::vector<T> out;
+  for (const auto& x : xs)
+    if (!excluded(x)) out.push_back(x);
+  return out;
+}
 
 int pick(int lo, int hi_inclusive) { return *rc::gen::inRange(lo, hi_inclusive + 1); }
 bool chance(int percent) { return pick(0, 99) < percent; }
@@ -58,7 +79,8 @@ std::string scalar_series() {
 }
 
 std::string range_of(const std::string& series) {
-  static const std::vector<std::string> fns{"mean", "min", "max", "sum", "count", "delta", "last", "first"};
+  static const std::vector<std::string> fns = without_excluded<std::string>(
+      {"mean", "min", "max", "sum", "count", "delta", "last", "first"});
   const std::string& fn = one_of(fns);
   std::string size;
   if (chance(50)) {
@@ -122,6 +144,8 @@ std::string comparison(int depth, bool labelled) {
 /// A boolean expression. On the leftmost path only comparisons and and/or.
 std::string bool_expr(int depth, bool labelled, bool left_path) {
   int choice = depth <= 0 ? 0 : pick(0, left_path ? 2 : 4);
+  if (choice == 3 && excluded("not")) choice = 0;
+  if (choice == 4 && excluded("is_nan")) choice = 0;
   switch (choice) {
     case 0: return comparison(depth - 1, labelled);
     case 1:
@@ -140,14 +164,14 @@ std::string duration(int lo_samples, int hi_samples, int lo_steps, int hi_steps)
 
 std::string rule_text(int index) {
   bool labelled = chance(50);
-  std::string cond = chance(5) ? "is_nan(" + num_expr(1, labelled) + ")"
+  std::string cond = chance(5) && !excluded("is_nan") ? "is_nan(" + num_expr(1, labelled) + ")"
                                : bool_expr(pick(1, 3), labelled, true);
   std::string text = "rule r" + std::to_string(index) + ":\n  when " + cond;
-  if (chance(40)) text += " for " + duration(1, 3, 1, 6);
-  if (chance(25)) text += "\n  after " + duration(1, 4, 0, 10);
-  if (chance(25)) text += "\n  every " + duration(1, 3, 1, 5);
-  if (chance(35)) text += "\n  cooldown " + duration(1, 3, 1, 5);
-  if (chance(25)) text += chance(50) ? "\n  in train" : "\n  in eval";
+  if (chance(40) && !excluded("for")) text += " for " + duration(1, 3, 1, 6);
+  if (chance(25) && !excluded("after")) text += "\n  after " + duration(1, 4, 0, 10);
+  if (chance(25) && !excluded("every")) text += "\n  every " + duration(1, 3, 1, 5);
+  if (chance(35) && !excluded("cooldown")) text += "\n  cooldown " + duration(1, 3, 1, 5);
+  if (chance(25) && !excluded("in")) text += chance(50) ? "\n  in train" : "\n  in eval";
   return text + "\n  do log\n";
 }
 
@@ -168,7 +192,9 @@ ref::Observation gen_observation(std::int64_t step) {
   for (const auto& s : all) {
     if (!chance(50)) continue;
     auto sample = s;
-    sample.value = one_of(values);
+    do {
+      sample.value = one_of(values);
+    } while (std::isnan(sample.value) && excluded("nan"));
     o.samples.push_back(sample);
   }
   // Feed in a random order: firing order must not depend on it.
@@ -320,6 +346,8 @@ RC_GTEST_PROP(ReferenceProperty, EngineFiringsEqualReference, ()) {
 
   auto want = run_reference(evaluator, trace);
   auto got = run_engine(*compiled.program, trace);
+  // Shows in the run summary that most cases exercise firings.
+  RC_TAG(want.empty() ? "no firing" : want.size() < 5 ? "1-4 firings" : "5+ firings");
   if (got != want) {
     RC_FAIL("engine and reference disagree\nprogram:\n" + text + "trace:\n" + dump_trace(trace) +
             "engine:\n" + dump_firings(got) + "reference:\n" + dump_firings(want));
