@@ -105,6 +105,7 @@ class Checker {
         result.rules.push_back(std::move(*rule));
       }
     }
+    check_unused_templates();
     result.series_uses = std::move(series_uses_);
     return result;
   }
@@ -264,10 +265,12 @@ class Checker {
     for (const auto& [name, value] : options_.params) {
       auto it = user_.params.find(name);
       if (it == user_.params.end()) {
+        // Point at the override itself, shown as the command line wrote it.
         std::vector<std::string> names;
         for (const auto& [n, p] : user_.params) names.push_back(n);
-        error("unknown-param", 0, {}, fmt::format("no param named '{}' to override", name),
-              closest_match(name, names));
+        std::uint32_t id = sources_.add("--param", name + "=" + to_string(value));
+        error("unknown-param", id, {0, static_cast<std::uint32_t>(name.size())},
+              fmt::format("no param named '{}' to override", name), closest_match(name, names));
         continue;
       }
       if (it->second.value.index() != value.index() &&
@@ -484,6 +487,29 @@ class Checker {
     if (!build(out, tmpl.clauses, &use.overrides, *body_scope, tfile, *use_scope, rs.file))
       return std::nullopt;
     return out;
+  }
+
+  /// A template no `use` instantiates is still checked, with its defaults,
+  /// so a typo in it is found before someone first uses it. Templates with
+  /// a required parameter cannot be checked alone.
+  void check_unused_templates() {
+    std::set<std::string> used;
+    for (const auto& rs : user_rules_)
+      if (const auto* u = std::get_if<ast::UseDecl>(rs.stmt); u && !u->std_prefix)
+        used.insert(u->template_name);
+    const auto uses_before = series_uses_.size();
+    for (const auto& [name, t] : user_.templates) {
+      if (used.count(name) || too_many_errors()) continue;
+      if (std::any_of(t.decl->params.begin(), t.decl->params.end(),
+                      [](const auto& p) { return !p.default_value; }))
+        continue;
+      Scope scope{&user_, {}};
+      for (const auto& p : t.decl->params)
+        scope.bindings[p.name] = Binding{p.default_value.get(), module_scope(&user_), t.file};
+      ir::Rule unused;
+      build(unused, t.decl->clauses, nullptr, scope, t.file, scope, t.file);
+    }
+    series_uses_.resize(uses_before);  // an unused template reads nothing
   }
 
   std::string arg_kind(const ast::Expr& e, const Scope& scope, std::uint32_t file) {

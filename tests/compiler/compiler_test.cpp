@@ -240,3 +240,19 @@ TEST(Explain, ShowsWindowsAndThePendingTimeline) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Durations, EpochsAreMeasuredByTheEpochSeries) {
+  auto r = vigil::compile_string("when loss > 1 for 2 epochs do log", "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  // True from step 0 (epoch 0.0); the span reaches 2 epochs at epoch 2.0.
+  std::vector<std::int64_t> fired;
+  const double epochs[] = {0, 0.5, 1, 1.5, 2, 2.5};
+  for (int s = 0; s < 6; ++s)
+    for (const auto& f : e.observe(s, {{"epoch", epochs[s]}, {"loss", 3}})) fired.push_back(f.step);
+  EXPECT_EQ(fired, (std::vector<std::int64_t>{4}));
+}
+
+}  // namespace

@@ -1,0 +1,265 @@
+// The hot path does not allocate (STYLE: "no allocation after warm-up").
+//
+// Every global operator new of this binary is replaced by one that counts
+// while `counting` is set. An engine over a realistic rule mix is warmed up
+// until every window is full and every series, label set and firing pattern
+// has been seen; then 1,000 further observe() calls with the same series ids
+// must not allocate at all.
+//
+// If this fails: run the test under gdb with a breakpoint on
+// `counted_allocation` (it is only reached while counting) and read the
+// backtrace; the allocating line is in interp/.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "vigil/engine.hpp"
+
+namespace {
+
+std::atomic<bool> counting{false};
+std::atomic<std::uint64_t> allocations{0};
+
+// Out of line, so a debugger can break on it.
+[[gnu::noinline]] void counted_allocation(std::size_t size) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  asm volatile("" ::"r"(size));
+}
+
+void* allocate(std::size_t size, std::size_t align = 0) {
+  if (counting.load(std::memory_order_relaxed)) counted_allocation(size);
+  if (size == 0) size = 1;
+  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (size + align - 1) / align * align)
+                                              : std::malloc(size);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+}  // namespace
+
+void* operator new(std::size_t n) { return allocate(n); }
+void* operator new[](std::size_t n) { return allocate(n); }
+void* operator new(std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return allocate(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return allocate(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace {
+
+/// Allocations made by `body` (run with counting on).
+template <class F>
+std::uint64_t allocations_in(F&& body) {
+  allocations = 0;
+  counting = true;
+  body();
+  counting = false;
+  return allocations.load();
+}
+
+// The rule mix of the benchmarks (bench/engine_bench.cpp), written out:
+// thresholds with `for`, windows by samples and by steps, median (which sorts
+// into scratch), a regex vector selector with per-layer state, ewma and a
+// detector (per-series state), cross-series aggregation, a vector joined with
+// its own window, a template use, cooldown/after/every clauses, actions with
+// arguments.
+constexpr const char* train_rules = R"(
+param spike_k = 1.9
+let gn_typical = median(grad_norm[40])
+
+rule loss_high: when loss > 0.95 for 3 samples do log
+rule loss_mean: when mean(loss[20]) > 0.6 do log
+rule loss_jump "loss far above its recent median":
+    when loss > 1.9 * median(loss[40 steps])
+    severity error
+    do alert("loss jump")
+rule lr_flat: when max(lr[30]) - min(lr[30]) < 0.85 cooldown 5 steps do log
+rule conv_hot: when grad_norm{layer=~"conv.*"} > 0.97 for 2 samples do skip_step
+rule grad_spike: when grad_norm > spike_k * gn_typical do log
+rule loss_drift: when ewma(loss, 0.1) > 0.6 do log
+rule loss_cusum: when cusum(loss, 0.05, 2) cooldown 20 steps do log
+rule fc_max: when max(grad_norm{layer=~"fc.*"}) > 0.99 do alert("fc")
+rule fc_vs_mean: when grad_norm{layer=~"fc.*"} > 1.8 * mean(grad_norm{layer=~"fc.*"}[16]) do log
+rule time_trend: when slope(step_time[50 steps]) > 0.001 after 20 steps every 10 steps do log
+rule never_low: when max(loss[100 steps]) < 0.97 do log
+rule spike(metric = loss, k = 1.8, window = 30):
+    when metric > k * median(metric[window]) for 2 samples
+    do log
+use spike(metric = step_time) as step_time_spike do alert("slow step")
+when not is_finite(loss) or any_nan(grad_norm{layer="conv1"}[5]) do skip_step
+)";
+
+const std::vector<std::string> train_series{
+    "loss", "lr", "step_time",
+    R"(grad_norm{layer="conv0"})", R"(grad_norm{layer="conv1"})", R"(grad_norm{layer="conv2"})",
+    R"(grad_norm{layer="fc0"})", R"(grad_norm{layer="fc1"})", R"(grad_norm{layer="fc2"})"};
+
+struct Fixture {
+  vigil::Engine engine;
+  std::vector<vigil::SeriesId> ids;
+  std::uint64_t callbacks = 0;
+
+  Fixture(const char* rules, const std::vector<std::string>& series) : engine(compile(rules)) {
+    for (const char* action : {"log", "alert", "skip_step"})
+      engine.on(action, [this](const vigil::Firing&, const vigil::Action&) { ++callbacks; });
+    for (const auto& key : series) {
+      auto id = engine.series(key);
+      EXPECT_TRUE(id.has_value()) << key;
+      ids.push_back(id.value_or(0));
+    }
+  }
+
+  static vigil::Program compile(const char* rules) {
+    auto result = vigil::compile_string(rules, "alloc.rules");
+    if (!result.ok()) {
+      ADD_FAILURE() << result.format_diagnostics();
+      std::abort();
+    }
+    return *result.program;
+  }
+};
+
+/// `n` pre-built observations of every series, values uniform in [0, 1)
+/// (a fixed seed): enough spread that every rule kind fires now and then.
+std::vector<std::vector<vigil::Sample>> make_observations(const std::vector<vigil::SeriesId>& ids, int n,
+                                                          std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<std::vector<vigil::Sample>> out(static_cast<std::size_t>(n));
+  for (auto& obs : out)
+    for (auto id : ids) obs.push_back({id, u(rng)});
+  return out;
+}
+
+TEST(Alloc, CountingAllocatorSeesAllocations) {
+  // Guards the test itself: if the replacement were not linked, every
+  // "0 allocations" below would be vacuous.
+  auto n = allocations_in([] {
+    auto* p = new std::vector<int>(100);
+    delete p;
+  });
+  EXPECT_EQ(n, 2u);
+}
+
+TEST(Alloc, SteadyStateObserveDoesNotAllocate) {
+  Fixture f(train_rules, train_series);
+  // Warm-up: 2,000 observations, 20x the longest window (100 steps), so
+  // every window, ring buffer, column, per-label state and the firing list
+  // have reached their steady-state sizes.
+  const auto warm = make_observations(f.ids, 2000, 1);
+  std::int64_t step = 0;
+  for (const auto& obs : warm) f.engine.observe(step++, obs);
+
+  // The measured phase sees new values (another seed), same series ids.
+  const auto measured = make_observations(f.ids, 1000, 2);
+  std::uint64_t firings = 0;
+  const std::uint64_t callbacks_before = f.callbacks;
+  const auto n = allocations_in([&] {
+    for (const auto& obs : measured) firings += f.engine.observe(step++, obs).size();
+  });
+  EXPECT_EQ(n, 0u) << "observe() allocated " << n << " times in 1000 observations after warm-up";
+  // The measured phase exercised the firing and callback paths too.
+  EXPECT_GT(firings, 100u);
+  EXPECT_EQ(f.callbacks - callbacks_before, firings);  // every rule here has one action
+  EXPECT_EQ(f.engine.stats().observations, 3000u);
+}
+
+TEST(Alloc, InterningAKnownSeriesAgainDoesNotAllocate) {
+  // engine.hpp: "Calling it again with the same key returns the same id
+  // without allocating" -- hosts may look ids up in their training loop.
+  Fixture f(train_rules, train_series);
+  std::optional<vigil::SeriesId> loss, conv;
+  const auto n = allocations_in([&] {
+    loss = f.engine.series("loss");
+    conv = f.engine.series(R"(grad_norm{layer="conv0"})");
+  });
+  EXPECT_EQ(loss, f.ids[0]);
+  EXPECT_EQ(conv, f.ids[3]);
+  EXPECT_EQ(n, 0u);
+}
+
+TEST(Alloc, FiringBurstAfterWarmUpDoesNotAllocate) {
+  // A run going bad makes many rules fire at once, more than ever before:
+  // exactly the observation whose actions must not be delayed.
+  Fixture f(train_rules, train_series);
+  const auto warm = make_observations(f.ids, 2000, 1);
+  std::int64_t step = 0;
+  for (const auto& obs : warm) f.engine.observe(step++, obs);
+  std::vector<vigil::Sample> bad;
+  for (auto id : f.ids) bad.push_back({id, std::nan("")});
+  std::vector<vigil::Sample> high;
+  for (auto id : f.ids) high.push_back({id, 1e6});
+  std::size_t fired = 0;
+  const auto n = allocations_in([&] {
+    fired += f.engine.observe(step++, high).size();
+    fired += f.engine.observe(step++, bad).size();
+  });
+  EXPECT_GT(fired, 10u);
+  EXPECT_EQ(n, 0u);
+}
+
+// Mixed modes and wall time: eval observations every 10 steps (rules `in
+// eval`, `x[N evals]` windows, which gather eval samples into scratch) and
+// `x[30s]` windows by time.
+constexpr const char* mixed_rules = R"(
+rule overfit: when val_loss > 1.02 * mean(loss[25 steps]) in eval do log
+rule val_slow: when rel_change(val_loss[5 evals]) > -0.01 in eval cooldown 2 evals do log
+rule slow_steps: when mean(step_time[30s]) > 0.55 for 2 samples do log
+rule loss_high: when loss > 0.9 for 2 samples do log
+)";
+
+TEST(Alloc, SteadyStateMixedModesAndTimeWindowsDoNotAllocate) {
+  Fixture f(mixed_rules, {"loss", "step_time", "val_loss"});
+  const vigil::SeriesId loss = f.ids[0], step_time = f.ids[1], val_loss = f.ids[2];
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  // Pre-built samples, so the loop itself does not allocate.
+  std::vector<std::vector<vigil::Sample>> train(3000), eval(3000);
+  for (std::size_t i = 0; i < train.size(); ++i) {
+    train[i] = {{loss, u(rng)}, {step_time, u(rng)}};
+    eval[i] = {{val_loss, u(rng)}};
+  }
+  std::uint64_t firings = 0;
+  auto run = [&](std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) {
+      const auto step = static_cast<std::int64_t>(i);
+      const double time = 1000.0 + static_cast<double>(i);  // one step per second
+      firings += f.engine.observe(step, train[i], {.mode = "train", .time = time}).size();
+      if (i % 10 == 0) firings += f.engine.observe(step, eval[i], {.mode = "eval", .time = time}).size();
+    }
+  };
+  run(0, 2000);
+  firings = 0;
+  const auto n = allocations_in([&] { run(2000, 3000); });
+  EXPECT_EQ(n, 0u) << "observe() allocated " << n << " times in 1100 observations after warm-up";
+  EXPECT_GT(firings, 10u);
+}
+
+}  // namespace
