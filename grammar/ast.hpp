@@ -138,7 +138,9 @@ struct ActionCall {
 };
 
 /// The clauses of a rule or the overrides of a `use`. Each optional clause
-/// keeps the range of its keyword-through-value for error reporting.
+/// keeps a range for error reporting: the duration clauses through their
+/// Expr's range (the value), severity and mode through the range of the word
+/// (so "unknown severity" underlines just the word).
 /// Durations are Exprs holding a Duration (or a Name bound to one).
 struct Clauses {
   ExprPtr when;  // null for `use` without a when override

@@ -17,6 +17,7 @@
 #include <cstddef>
 
 #include <tao/pegtl.hpp>
+#include <tao/pegtl/contrib/analyze_traits.hpp>
 
 #include "grammar/parser.hpp"
 
@@ -477,3 +478,16 @@ template <typename Rule>
 using control = pegtl::must_if<error_table>::control<Rule>;
 
 }  // namespace vigil::grammar::peg
+
+// How the hand-written rules consume input, for pegtl::analyze (which proves
+// the grammar free of infinite loops; see tests/grammar/grammar_analyze_test.cpp).
+namespace tao::pegtl {
+template <typename Name>
+struct analyze_traits<Name, vigil::grammar::peg::string_token> : analyze_any_traits<> {};
+template <typename Name>
+struct analyze_traits<Name, vigil::grammar::peg::backtick_name> : analyze_any_traits<> {};
+template <typename Name>
+struct analyze_traits<Name, vigil::grammar::peg::not_line_start> : analyze_opt_traits<> {};
+template <typename Name, typename R>
+struct analyze_traits<Name, vigil::grammar::peg::nested<R>> : analyze_seq_traits<R> {};
+}  // namespace tao::pegtl

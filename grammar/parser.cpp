@@ -1015,6 +1015,11 @@ ParseResult parse(const SourceSet& sources, std::uint32_t file) {
       error = make_error(file, "out of memory", static_cast<std::uint32_t>(pos),
                          static_cast<std::uint32_t>(pos));
       resume_at = static_cast<std::uint32_t>(pos);
+    } catch (const std::exception&) {
+      // Nothing else is expected to throw; if it does, it is still a value.
+      error = make_error(file, g::error_message<g::internal_error>, static_cast<std::uint32_t>(pos),
+                         static_cast<std::uint32_t>(pos));
+      resume_at = static_cast<std::uint32_t>(pos);
     }
     st.reset();
     if (error) {

@@ -801,7 +801,8 @@ class Checker {
       for (const auto& [k, b] : scope.bindings) declared.push_back(k);
       for (const auto& [k, l] : scope.module->lets) declared.push_back(k);
       for (const auto& [k, p] : scope.module->params) declared.push_back(k);
-      std::string near = closest_match(n.name, declared);
+      // Short names are too close to everything to guess from.
+      std::string near = n.name.size() >= 4 ? closest_match(n.name, declared) : std::string();
       if (!near.empty())
         warning("series-typo", file, e.range,
                 fmt::format("'{}' is read as a series, not a declared name", n.name), near);

@@ -100,6 +100,7 @@ namespace {
 struct History {
   std::size_t cap = 0, size = 0, head = 0;  // head: next physical write index
   std::size_t evals = 0;                    // eval-mode samples held
+  bool steps_sorted = true;  // steps never went down (train/eval may interleave otherwise)
   std::vector<double> value, time;
   std::vector<std::int64_t> step;
   std::vector<std::uint16_t> mode;
@@ -116,12 +117,14 @@ struct History {
       h.put(value[p], step[p], time[p], mode[p]);
     }
     h.evals = evals;
+    h.steps_sorted = steps_sorted;
     *this = std::move(h);
   }
   /// Physical index of the i-th oldest sample held.
   [[nodiscard]] std::size_t at(std::size_t i) const { return (head + cap - size + i) % cap; }
   [[nodiscard]] std::size_t newest() const { return at(size - 1); }
   void put(double v, std::int64_t s, double t, std::uint16_t m) {
+    if (size > 0 && s < step[newest()]) steps_sorted = false;
     for (std::size_t p : {head, head + cap}) {
       value[p] = v;
       step[p] = s;
@@ -249,7 +252,12 @@ struct Engine::Impl {
   std::vector<std::string> modes{"train", "eval"};
   std::vector<std::int64_t> last_step_by_mode{INT64_MIN, INT64_MIN};
   std::vector<Series> series;
-  std::unordered_map<std::string, SeriesId> series_ids;
+  /// Key -> id, looked up by string_view without building a string.
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view k) const { return std::hash<std::string_view>{}(k); }
+  };
+  std::unordered_map<std::string, SeriesId, KeyHash, std::equal_to<>> series_ids;
   std::vector<std::vector<SeriesId>> members;  // per plan selector
   std::optional<SeriesId> epoch_series;
 
@@ -288,7 +296,12 @@ struct Engine::Impl {
   std::uint32_t intern_labels(const Labels& labels) {
     std::string key = format_series_key("", labels);
     auto [it, added] = labelset_ids.try_emplace(key, static_cast<std::uint32_t>(labelsets.size()));
-    if (added) labelsets.push_back(std::make_unique<Labels>(labels));
+    if (added) {
+      labelsets.push_back(std::make_unique<Labels>(labels));
+      // Room for every rule to fire for every series at once, so the
+      // observation where everything goes wrong does not allocate.
+      firings.reserve(plan->rules.size() * labelsets.size());
+    }
     return it->second;
   }
 
@@ -318,7 +331,7 @@ struct Engine::Impl {
   }
 
   std::optional<SeriesId> intern_series(std::string_view key) {
-    if (auto it = series_ids.find(std::string(key)); it != series_ids.end()) return it->second;
+    if (auto it = series_ids.find(key); it != series_ids.end()) return it->second;
     std::string name;
     Labels labels;
     if (!parse_series_key(key, name, labels)) return std::nullopt;
@@ -434,11 +447,20 @@ struct Engine::Impl {
         n = static_cast<std::size_t>(w.amount);
         if (h.size < n) return {nullptr, nullptr, 0, nullptr};
         break;
-      case ir::Unit::steps:
-        while (n < h.size && static_cast<double>(h.step[h.at(h.size - 1 - n)]) >
-                                 static_cast<double>(step) - w.amount)
-          ++n;
+      case ir::Unit::steps: {
+        auto in_window = [&](std::int64_t s) {
+          return static_cast<double>(s) > static_cast<double>(step) - w.amount;
+        };
+        if (h.steps_sorted && h.size > 0) {  // held samples are contiguous from at(0)
+          const std::int64_t* first = &h.step[h.at(0)];
+          const std::int64_t* last = first + h.size;
+          n = static_cast<std::size_t>(
+              last - std::partition_point(first, last, [&](std::int64_t s) { return !in_window(s); }));
+        } else {
+          while (n < h.size && in_window(h.step[h.at(h.size - 1 - n)])) ++n;
+        }
         break;
+      }
       case ir::Unit::seconds:
         if (std::isnan(time)) return {nullptr, nullptr, 0, nullptr};
         while (n < h.size && h.time[h.at(h.size - 1 - n)] > time - w.amount) ++n;

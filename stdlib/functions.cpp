@@ -57,16 +57,19 @@ MeanVar mean_var(const double* v, std::size_t n) {
 }
 
 // Linear interpolation between closest ranks (numpy's default, PromQL's
-// quantile_over_time). Sorts `scratch` (a copy of the values).
+// quantile_over_time). Reorders `scratch` (a copy of the values).
 double quantile_of(const double* v, std::size_t n, double q, double* scratch) {
   if (n == 0 || std::isnan(q) || q < 0 || q > 1) return nan;
   if (any_nan_in(v, n)) return nan;
   std::copy(v, v + n, scratch);
-  std::sort(scratch, scratch + n);
   double h = (static_cast<double>(n) - 1) * q;
   auto lo = static_cast<std::size_t>(std::floor(h));
-  if (lo + 1 >= n) return scratch[n - 1];
-  return scratch[lo] + (h - static_cast<double>(lo)) * (scratch[lo + 1] - scratch[lo]);
+  // Selection, not a full sort: linear time per window.
+  std::nth_element(scratch, scratch + lo, scratch + n);
+  // An exact rank needs no neighbour (and 0 * inf would make it NaN).
+  if (lo + 1 >= n || h == static_cast<double>(lo)) return scratch[lo];
+  const double next = *std::min_element(scratch + lo + 1, scratch + n);
+  return scratch[lo] + (h - static_cast<double>(lo)) * (next - scratch[lo]);
 }
 
 // ---- elementwise ----------------------------------------------------------
@@ -142,10 +145,14 @@ double r_quantile(const Window& w, std::span<const double> c) {
 }
 double r_first(const Window& w, std::span<const double>) { return w.values[0]; }
 double r_last(const Window& w, std::span<const double>) { return w.values[w.n - 1]; }
+// delta and rel_change read only the ends, but they are numeric reductions:
+// a NaN anywhere in the window makes them NaN (SPEC §2).
 double r_delta(const Window& w, std::span<const double>) {
+  if (any_nan_in(w.values, w.n)) return nan;
   return w.values[w.n - 1] - w.values[0];
 }
 double r_rel_change(const Window& w, std::span<const double>) {
+  if (any_nan_in(w.values, w.n)) return nan;
   return (w.values[w.n - 1] - w.values[0]) / std::abs(w.values[0]);
 }
 double r_slope(const Window& w, std::span<const double>) {

@@ -341,8 +341,9 @@ TEST(NaN, InsideRangeMakesDeltaAndRelChangeNaN) {
   EXPECT_EQ(values_of("delta(x[3])", trace), (StepValues{}));
   EXPECT_EQ(steps(run("rule r: when is_nan(delta(x[3])) do log", trace)),
             (std::vector<std::int64_t>{3}));
-  EXPECT_EQ(steps(run("rule r: when is_nan(rel_change(x[3 steps])) do log", trace)),
-            (std::vector<std::int64_t>{3}));
+  // x[3 steps] holds 1, NaN at step 2 and 1, NaN, 0.5 at step 3.
+  EXPECT_EQ(steps(run("rule r: when is_nan(rel_change(x[3 steps])) cooldown 1 samples do log", trace)),
+            (std::vector<std::int64_t>{2, 3}));
   EXPECT_EQ(values_of("first(x[3]) - last(x[3])", trace), (StepValues{{3, 0.5}}));
 }
 
@@ -497,6 +498,14 @@ TEST(Range, StepWindowBoundariesAreHalfOpen) {
             (StepValues{{1, 10}, {2, 30}, {5, 70}, {6, 110}}));
   // delta needs two samples in the window: at 1 only one.
   EXPECT_EQ(values_of("delta(x[4 steps])", trace), (StepValues{{2, 10}, {5, 30}, {6, 10}}));
+}
+
+TEST(Range, StepWindowExcludesLaterStepsOfAnotherMode) {
+  // Eval observations count their own steps (legal: steps only need to be
+  // non-decreasing within a mode). At eval step 1 the window x[2 steps] is
+  // (-1, 1]: the train samples of steps 10 and 11 are not in it.
+  std::vector<Obs> trace{{10, {{"x", 5}}}, {11, {{"x", 7}}}, {1, {{"x", 1}}, "eval"}};
+  EXPECT_EQ(values_of("sum(x[2 steps])", trace), (StepValues{{10, 5}, {11, 12}, {1, 1}}));
 }
 
 TEST(Range, StepWindowSeesOnlyCurrentStep) {

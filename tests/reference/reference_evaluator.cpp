@@ -42,6 +42,22 @@ double reduce(const std::string& fn, const std::vector<double>& v) {
   return nan;
 }
 
+bool is_stateful_fn(const std::string& fn) {
+  return fn == "prev" || fn == "ewma" || fn == "best" || fn == "steps_since_best";
+}
+
+double seconds_per(ast::DurUnit u) {
+  switch (u) {
+    case ast::DurUnit::minutes: return 60;
+    case ast::DurUnit::hours: return 3600;
+    default: return 1;
+  }
+}
+
+bool is_time_unit(ast::DurUnit u) {
+  return u == ast::DurUnit::seconds || u == ast::DurUnit::minutes || u == ast::DurUnit::hours;
+}
+
 bool is_range_fn(const std::string& fn) {
   return fn == "mean" || fn == "min" || fn == "max" || fn == "sum" || fn == "count" ||
          fn == "delta" || fn == "first" || fn == "last";
@@ -98,6 +114,10 @@ Evaluator::Evaluator(const std::string& text) {
     r.cooldown = span(decl->clauses.cooldown);
     r.mode = decl->clauses.mode;
     if (!error_.empty()) return;
+    if (r.every && r.every->unit == ast::DurUnit::seconds) {
+      error_ = "reference does not support `every` with a time";
+      return;
+    }
     if (!check(*r.when)) {
       error_ = "reference does not support the condition of rule " + r.name;
       return;
@@ -110,11 +130,15 @@ std::optional<Evaluator::Span> Evaluator::span(const ast::ExprPtr& e) {
   if (!e) return std::nullopt;
   const auto* d = as<ast::Duration>(*e);
   const ast::Number* n = d && d->amount ? as<ast::Number>(*d->amount) : nullptr;
-  if (n == nullptr || (d->unit != ast::DurUnit::samples && d->unit != ast::DurUnit::steps)) {
-    error_ = "reference supports only `N samples|steps` durations";
+  if (n == nullptr || d->unit == ast::DurUnit::epochs) {
+    error_ = "reference supports only `N samples|steps|evals` and time durations";
     return std::nullopt;
   }
-  return Span{d->unit, static_cast<std::int64_t>(n->value)};
+  // In clauses `evals` counts exactly as `samples` does (evaluations or
+  // opportunities of the rule); only ranges distinguish them.
+  if (d->unit == ast::DurUnit::evals) return Span{ast::DurUnit::samples, n->value};
+  if (is_time_unit(d->unit)) return Span{ast::DurUnit::seconds, n->value * seconds_per(d->unit)};
+  return Span{d->unit, n->value};
 }
 
 bool Evaluator::check(const ast::Expr& e) {
@@ -130,6 +154,13 @@ bool Evaluator::check(const ast::Expr& e) {
         } else if constexpr (std::is_same_v<T, ast::Binary>) {
           return check(*n.lhs) && check(*n.rhs);
         } else if constexpr (std::is_same_v<T, ast::Call>) {
+          if (is_stateful_fn(n.fn)) {
+            if (n.args.empty() || (!as<ast::Name>(*n.args[0]) && !as<ast::Selector>(*n.args[0])))
+              return false;
+            for (std::size_t i = 1; i < n.args.size(); ++i)
+              if (!as<ast::Number>(*n.args[i]) && !as<ast::String>(*n.args[i])) return false;
+            return n.args.size() == (n.fn == "prev" ? 1u : n.fn == "steps_since_best" ? 3u : 2u);
+          }
           if (n.args.size() != 1) return false;
           if (const auto* s = as<ast::Subscript>(*n.args[0])) {
             if (!is_range_fn(n.fn)) return false;
@@ -137,9 +168,10 @@ bool Evaluator::check(const ast::Expr& e) {
             if (const auto* num = as<ast::Number>(*s->size)) return num->value >= 1;
             const auto* d = as<ast::Duration>(*s->size);
             return d && d->amount && as<ast::Number>(*d->amount) &&
-                   (d->unit == ast::DurUnit::samples || d->unit == ast::DurUnit::steps);
+                   d->unit != ast::DurUnit::epochs;
           }
-          if (n.fn == "abs" || n.fn == "is_nan" || n.fn == "max" || n.fn == "min" || n.fn == "sum")
+          if (n.fn == "abs" || n.fn == "is_nan" || n.fn == "max" || n.fn == "min" || n.fn == "sum" ||
+              n.fn == "mean" || n.fn == "count")
             return check(*n.args[0]);
           return false;
         } else {
@@ -182,27 +214,41 @@ std::vector<const Evaluator::Series*> Evaluator::select(const ast::Expr& base) c
 
 Evaluator::Value Evaluator::eval_range(const std::string& fn, const ast::Subscript& s) const {
   Value out;
-  std::int64_t amount = 0;
-  bool by_steps = false;
+  double amount = 0;
+  ast::DurUnit unit = ast::DurUnit::samples;
   if (const auto* num = as<ast::Number>(*s.size)) {
-    amount = static_cast<std::int64_t>(num->value);
+    amount = num->value;
   } else {
     const auto& d = std::get<ast::Duration>(s.size->node);
-    amount = static_cast<std::int64_t>(std::get<ast::Number>(d.amount->node).value);
-    by_steps = d.unit == ast::DurUnit::steps;
+    amount = std::get<ast::Number>(d.amount->node).value;
+    unit = d.unit;
   }
+  const bool by_steps = unit == ast::DurUnit::steps;
+  const bool by_time = is_time_unit(unit);
+  if (by_time && std::isnan(now_)) return out;  // undefined without a current time
   for (const Series* series : select(*s.base)) {
     std::vector<double> window;
     const auto& h = series->history;
-    if (by_steps) {
-      for (const auto& sm : h)
-        if (sm.step > step_ - amount && sm.step <= step_) window.push_back(sm.value);
+    if (by_steps || by_time) {
+      // (cur - N, cur] by step number, or (now - T, now] by time; samples
+      // without a time are in no time window.
+      for (const auto& sm : h) {
+        bool in = by_steps ? static_cast<double>(sm.step) > static_cast<double>(step_) - amount &&
+                                 sm.step <= step_
+                           : sm.time > now_ - amount * seconds_per(unit) && sm.time <= now_;
+        if (in) window.push_back(sm.value);
+      }
       std::size_t need = fn == "delta" ? 2 : 1;
       if (window.size() < need) continue;
     } else {
-      if (h.size() < static_cast<std::size_t>(amount)) continue;
-      for (std::size_t i = h.size() - static_cast<std::size_t>(amount); i < h.size(); ++i)
-        window.push_back(h[i].value);
+      // x[N] / x[N evals]: the last N samples (taken in eval observations);
+      // defined once there are N of them.
+      std::vector<double> all;
+      for (const auto& sm : h)
+        if (unit != ast::DurUnit::evals || sm.eval) all.push_back(sm.value);
+      auto n = static_cast<std::ptrdiff_t>(amount);
+      if (static_cast<std::ptrdiff_t>(all.size()) < n) continue;
+      window.assign(all.end() - n, all.end());
     }
     Elem e;
     e.num = reduce(fn, window);
@@ -212,7 +258,58 @@ Evaluator::Value Evaluator::eval_range(const std::string& fn, const ast::Subscri
   return out;
 }
 
+/// Stateful functions, recomputed by replaying the series' whole history.
+/// A NaN input yields NaN and leaves the state unchanged (semantics.md).
+Evaluator::Value Evaluator::eval_stateful(const ast::Call& c) const {
+  Value out;
+  auto number_arg = [&](std::size_t i) { return std::get<ast::Number>(c.args[i]->node).value; };
+  auto string_arg = [&](std::size_t i) { return std::get<ast::String>(c.args[i]->node).value; };
+  for (const Series* series : select(*c.args[0])) {
+    std::optional<double> state;  // prev: last value; ewma: s; best/ssb: best
+    std::int64_t since = 0;
+    double result = nan;
+    bool defined = false;
+    for (const auto& sm : series->history) {
+      const double x = sm.value;
+      if (std::isnan(x)) {
+        result = nan;
+        defined = c.fn != "prev" || state.has_value();
+        continue;
+      }
+      if (c.fn == "prev") {
+        defined = state.has_value();
+        result = state.value_or(nan);
+        state = x;
+      } else if (c.fn == "ewma") {
+        const double alpha = number_arg(1);
+        state = state ? alpha * x + (1 - alpha) * *state : x;
+        result = *state;
+        defined = true;
+      } else {
+        const bool is_best = c.fn == "best";
+        const double min_delta = is_best ? 0 : std::fabs(number_arg(1));
+        const bool max_mode = string_arg(is_best ? 1 : 2) == "max";
+        const bool improves =
+            !state || (max_mode ? x > *state + min_delta : x < *state - min_delta);
+        if (improves) {
+          state = x;
+          since = 0;
+        } else {
+          ++since;
+        }
+        result = is_best ? *state : static_cast<double>(since);
+        defined = true;
+      }
+    }
+    if (!defined) continue;
+    out.elems[series->labels] =
+        Elem{result, false, series->history.back().obs == obs_index_, std::nullopt};
+  }
+  return out;
+}
+
 Evaluator::Value Evaluator::eval_call(const ast::Call& c) const {
+  if (is_stateful_fn(c.fn)) return eval_stateful(c);
   if (const auto* s = as<ast::Subscript>(*c.args[0])) return eval_range(c.fn, *s);
   Value arg = eval(*c.args[0]);
   if (c.fn == "abs" || c.fn == "is_nan") {
@@ -226,10 +323,22 @@ Evaluator::Value Evaluator::eval_call(const ast::Call& c) const {
     }
     return arg;
   }
-  // Aggregation max/min/sum: one scalar, undefined over an empty vector.
+  // Aggregation: one scalar, undefined over an empty vector.
   Value out;
   out.scalar = true;
   if (arg.elems.empty()) return out;
+  if (c.fn == "mean" || c.fn == "count") {
+    Elem r;
+    double sum = 0;
+    for (const auto& [labels, e] : arg.elems) {
+      r.fresh = r.fresh || e.fresh;
+      sum += e.num;
+    }
+    auto n = static_cast<double>(arg.elems.size());
+    r.num = c.fn == "count" ? n : sum / n;
+    out.elems[{}] = r;
+    return out;
+  }
   Elem r;
   bool first = true;
   for (const auto& [labels, e] : arg.elems) {
@@ -332,18 +441,22 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
 
   if (rule.after) {
     if (rule.after->unit == ast::DurUnit::steps) {
-      if (step_ < rule.after->amount) return;
-    } else if (rule.after_seen < rule.after->amount) {
+      if (static_cast<double>(step_) < rule.after->amount) return;
+    } else if (rule.after->unit == ast::DurUnit::seconds) {
+      // skipped unless time >= first observation time + T (never without times)
+      if (std::isnan(now_) || !first_time_ || !(now_ >= *first_time_ + rule.after->amount)) return;
+    } else if (static_cast<double>(rule.after_seen) < rule.after->amount) {
       ++rule.after_seen;
       return;
     }
   }
   if (rule.every) {
     if (rule.every->unit == ast::DurUnit::steps) {
-      if (rule.last_evaluated_step && step_ < *rule.last_evaluated_step + rule.every->amount)
+      if (rule.last_evaluated_step &&
+          static_cast<double>(step_) < static_cast<double>(*rule.last_evaluated_step) + rule.every->amount)
         return;
       rule.last_evaluated_step = step_;
-    } else if (rule.every_index++ % rule.every->amount != 0) {
+    } else if (rule.every_index++ % static_cast<std::int64_t>(rule.every->amount) != 0) {
       return;
     }
   }
@@ -356,12 +469,21 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
       st.fired = false;
       continue;
     }
-    if (++st.run == 1) st.first_step = step_;
+    if (++st.run == 1) {
+      st.first_step = step_;
+      st.first_time = now_;
+    }
     bool satisfied = true;
     if (rule.for_) {
-      satisfied = rule.for_->unit == ast::DurUnit::steps
-                      ? step_ - st.first_step >= rule.for_->amount
-                      : st.run >= rule.for_->amount;
+      switch (rule.for_->unit) {
+        case ast::DurUnit::steps:
+          satisfied = static_cast<double>(step_ - st.first_step) >= rule.for_->amount;
+          break;
+        case ast::DurUnit::seconds:  // NaN times: never satisfied
+          satisfied = now_ - st.first_time >= rule.for_->amount;
+          break;
+        default: satisfied = static_cast<double>(st.run) >= rule.for_->amount;
+      }
     }
     if (st.fired) ++st.evals_since_fire;
     if (!satisfied) continue;
@@ -369,13 +491,18 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
     if (!st.fired) {
       fire = true;
     } else if (rule.cooldown) {
-      fire = rule.cooldown->unit == ast::DurUnit::steps
-                 ? step_ - st.last_fire_step >= rule.cooldown->amount
-                 : st.evals_since_fire >= rule.cooldown->amount;
+      switch (rule.cooldown->unit) {
+        case ast::DurUnit::steps:
+          fire = static_cast<double>(step_ - st.last_fire_step) >= rule.cooldown->amount;
+          break;
+        case ast::DurUnit::seconds: fire = now_ - st.last_fire_time >= rule.cooldown->amount; break;
+        default: fire = static_cast<double>(st.evals_since_fire) >= rule.cooldown->amount;
+      }
     }
     if (!fire) continue;
     st.fired = true;
     st.last_fire_step = step_;
+    st.last_fire_time = now_;
     st.evals_since_fire = 0;
     out.push_back(Firing{rule.name, step_, labels_string(labels), e.decide, st.first_step});
   }
@@ -384,9 +511,16 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
 std::vector<Firing> Evaluator::observe(const Observation& obs) {
   std::vector<Firing> out;
   if (!error_.empty()) return out;
+  // A step below the previous step of the same mode: the observation is
+  // ignored entirely.
+  auto last = last_step_.find(obs.mode);
+  if (last != last_step_.end() && obs.step < last->second) return out;
+  last_step_[obs.mode] = obs.step;
   ++obs_index_;
   step_ = obs.step;
   mode_ = obs.mode;
+  now_ = obs.time;
+  if (!first_time_ && !std::isnan(obs.time)) first_time_ = obs.time;
   for (const auto& s : obs.samples) {
     Series& series = series_[{s.name, s.labels}];
     series.name = s.name;
@@ -394,7 +528,7 @@ std::vector<Firing> Evaluator::observe(const Observation& obs) {
     if (!series.history.empty() && series.history.back().obs == obs_index_)
       series.history.back().value = s.value;  // the last value in one observation wins
     else
-      series.history.push_back({obs.step, obs_index_, s.value});
+      series.history.push_back({obs.step, obs_index_, s.value, obs.mode == "eval", obs.time});
   }
   for (auto& rule : rules_) run_rule(rule, out);
   return out;

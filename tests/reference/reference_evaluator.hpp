@@ -8,15 +8,19 @@
 // per-rule after/every counters. Obviously correct beats fast here.
 //
 // Supported subset (what the generator produces; anything else is reported by
-// `error()`): named rules with `when`, `for|after|every|cooldown N samples|steps`,
-// `in MODE`, `do ACTIONS` (actions ignored); numbers, series names and
-// selectors with = != =~ !~ matchers; + - * / unary -; comparisons; and/or/not;
-// abs, is_nan; aggregations max/min/sum of one vector; range reductions
-// mean/min/max/sum/count/delta/first/last over x[N] and x[N steps].
-// Observations must have non-decreasing steps (no out-of-order handling).
+// `error()`): named rules with `when`, `for|after|cooldown N samples|steps|evals|Ns`,
+// `every N samples|steps|evals`, `in MODE`, `do ACTIONS` (actions ignored);
+// numbers, series names and selectors with = != =~ !~ matchers;
+// + - * / % ^ unary -; comparisons; and/or/not; abs, is_nan; aggregations
+// max/min/sum/mean/count of one vector; range reductions
+// mean/min/max/sum/count/delta/first/last over x[N], x[N steps], x[N evals],
+// x[Ns|m|h]; stateful prev/ewma/best/steps_since_best of a series (not of an
+// arbitrary expression). Observations whose step is below the previous step
+// of their mode are ignored, as the engine does.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -41,6 +45,7 @@ struct Observation {
   std::int64_t step = 0;
   std::string mode = "train";
   std::vector<SeriesSample> samples;
+  double time = std::numeric_limits<double>::quiet_NaN();  // NaN: none
 };
 
 /// What the property compares between engine and reference.
@@ -77,6 +82,8 @@ class Evaluator {
     std::int64_t step;
     std::size_t obs;  // index of the observation it came from
     double value;
+    bool eval;    // taken in an observation of mode "eval"
+    double time;  // NaN: the observation had none
   };
   struct Series {
     std::string name;
@@ -95,13 +102,17 @@ class Evaluator {
     bool scalar = false;
     std::map<Labels, Elem> elems;
   };
+  /// A clause duration; `unit` is samples (also for evals), steps or seconds
+  /// (also for minutes and hours, scaled).
   struct Span {
     ast::DurUnit unit = ast::DurUnit::samples;
-    std::int64_t amount = 0;
+    double amount = 0;
   };
   struct ElemState {
     std::int64_t run = 0;
     std::int64_t first_step = 0;
+    double first_time = 0;
+    double last_fire_time = 0;
     bool fired = false;
     std::int64_t last_fire_step = 0;
     std::int64_t evals_since_fire = 0;
@@ -121,6 +132,7 @@ class Evaluator {
   Value eval(const ast::Expr& e) const;
   Value eval_call(const ast::Call& c) const;
   Value eval_range(const std::string& fn, const ast::Subscript& s) const;
+  Value eval_stateful(const ast::Call& c) const;
   std::vector<const Series*> select(const ast::Expr& base) const;
   bool check(const ast::Expr& e);
   std::optional<Span> span(const ast::ExprPtr& e);
@@ -134,6 +146,9 @@ class Evaluator {
   std::size_t obs_index_ = 0;
   std::int64_t step_ = 0;
   std::string mode_;
+  double now_ = 0;                         // NaN: this observation has no time
+  std::optional<double> first_time_;       // of the first observation with a time
+  std::map<std::string, std::int64_t> last_step_;  // per mode, for out-of-order
 };
 
 }  // namespace vigil::reference

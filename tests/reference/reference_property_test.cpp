@@ -7,9 +7,14 @@
 // conditions are frequent). Firings (rule, step, labels, value, pending_since)
 // must be identical. A failure prints the program and the trace, shrunk.
 //
+// Beyond the required subset it also produces `N evals` (clauses and
+// x[N evals]), mean/count aggregations, `%`, and now and then a labelled series
+// mixed into an unlabelled rule.
+//
 // The generator keeps to constructs whose meaning semantics.md pins down:
 // the leftmost path of a condition (which decides the firing value) is made of
-// comparisons and and/or only; `not` and is_nan appear elsewhere.
+// comparisons and and/or only; `not` and is_nan appear elsewhere; no delta over
+// a single-sample window x[1].
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -52,8 +57,13 @@ std::vector<T> without_excluded(const std::vector<T>& xs) {
   return out;
 }
 
-int pick(int lo, int hi_inclusive) { return *rc::gen::inRange(lo, hi_inclusive + 1); }
-bool chance(int percent) { return pick(0, 99) < percent; }
+// Picks ignore RapidCheck's size (inRange scales with it, which would make the
+// early cases all-minimum) and shrink towards `lo`; chance() shrinks towards
+// false, so a shrunk counterexample keeps only the clauses it needs.
+int pick(int lo, int hi_inclusive) {
+  return *rc::gen::resize(rc::kNominalSize, rc::gen::inRange(lo, hi_inclusive + 1));
+}
+bool chance(int percent) { return pick(0, 99) >= 100 - percent; }
 template <class T>
 const T& one_of(const std::vector<T>& xs) {
   return xs[static_cast<std::size_t>(pick(0, static_cast<int>(xs.size()) - 1))];
@@ -83,16 +93,28 @@ std::string range_of(const std::string& series) {
       {"mean", "min", "max", "sum", "count", "delta", "last", "first"});
   const std::string& fn = one_of(fns);
   std::string size;
-  if (chance(50)) {
+  int kind = pick(0, 9);
+  if (kind < 4) {
     // x[1] has a single sample; delta over it is left out (meaning not pinned).
     size = std::to_string(pick(fn == "delta" ? 2 : 1, 4));
-  } else {
+  } else if (kind < 7 || (excluded("evals") && excluded("time"))) {
     size = std::to_string(pick(1, 6)) + " steps";
+  } else if (kind < 9 && !excluded("time")) {
+    static const std::vector<std::string> times{"1s", "2s", "3s", "5s", "10s"};
+    size = one_of(times);
+  } else {
+    size = std::to_string(pick(fn == "delta" ? 2 : 1, 3)) + " evals";
   }
   return fn + "(" + series + "[" + size + "])";
 }
 
 std::string num_expr(int depth, bool labelled);
+
+std::string arith_op() {
+  static const std::vector<std::string> ops = without_excluded<std::string>({"+", "-", "*", "/", "%"});
+  std::string op = one_of(ops);
+  return op == "%" && chance(50) ? "+" : op;  // % rarely: it is mostly NaN on this value set
+}
 
 /// An expression that is statically a vector over v (for aggregations).
 std::string vec_expr(int depth) {
@@ -103,32 +125,58 @@ std::string vec_expr(int depth) {
     case 2: return "abs(" + vec_expr(depth - 1) + ")";
     case 3: return "(-" + vec_expr(depth - 1) + ")";
     default: {
-      static const std::vector<std::string> ops{"+", "-", "*", "/"};
       std::string lhs = vec_expr(depth - 1), rhs = num_expr(depth - 1, true);
       if (chance(50)) std::swap(lhs, rhs);
-      return "(" + lhs + " " + one_of(ops) + " " + rhs + ")";
+      return "(" + lhs + " " + arith_op() + " " + rhs + ")";
     }
   }
 }
 
 std::string aggregation(int depth) {
-  static const std::vector<std::string> aggs{"max", "min", "sum"};
+  static const std::vector<std::string> aggs =
+      without_excluded<std::string>({"max", "min", "sum", "max", "min", "sum", "mean", "count"});
   return one_of(aggs) + "(" + vec_expr(depth - 1) + ")";
+}
+
+/// prev/ewma/best/steps_since_best of a series. prev only of c (never NaN):
+/// the engine documents prev as "NaN samples included", semantics.md says a
+/// NaN input leaves the state unchanged; that question is a test of its own.
+/// steps_since_best only with min_delta 0, where "best" needs no definition.
+std::string stateful(bool labelled) {
+  static const std::vector<std::string> fns =
+      without_excluded<std::string>({"prev", "ewma", "best", "steps_since_best"});
+  if (fns.empty()) return literal();
+  std::string fn = one_of(fns);
+  std::string series = labelled ? v_selector() : (chance(50) ? "c" : scalar_series());
+  if (fn == "prev") {
+    if (labelled) fn = "ewma";
+    else series = "c";
+  }
+  std::string mode = chance(50) ? "\"max\"" : "\"min\"";
+  if (fn == "prev") return "prev(" + series + ")";
+  if (fn == "ewma") return "ewma(" + series + ", 0.5)";
+  if (fn == "best") return "best(" + series + ", " + mode + ")";
+  return "steps_since_best(" + series + ", 0, " + mode + ")";
 }
 
 /// A numeric expression; `labelled` selects v-based leaves, else a/b/c.
 std::string num_expr(int depth, bool labelled) {
-  int choice = depth <= 0 ? pick(0, 2) : pick(0, 6);
+  static const std::vector<int> leaves{0, 1, 2, 7};
+  int choice = depth <= 0 ? one_of(leaves) : pick(0, 7);
   switch (choice) {
-    case 0: return labelled ? v_selector() : scalar_series();
+    case 0:
+      // Now and then a labelled series where the rule is about a, b, c: the
+      // pairing by identical label sets then drops every element.
+      if (!labelled && chance(5) && !excluded("mix")) return v_selector();
+      return labelled ? v_selector() : scalar_series();
     case 1: return chance(30) ? literal() : (labelled ? v_selector() : scalar_series());
     case 2: return range_of(labelled ? v_selector() : scalar_series());
     case 3: return aggregation(depth);
     case 4: return "abs(" + num_expr(depth - 1, labelled) + ")";
     case 5: return "(-" + num_expr(depth - 1, labelled) + ")";
+    case 7: return chance(50) ? stateful(labelled) : literal();
     default: {
-      static const std::vector<std::string> ops{"+", "-", "*", "/"};
-      return "(" + num_expr(depth - 1, labelled) + " " + one_of(ops) + " " +
+      return "(" + num_expr(depth - 1, labelled) + " " + arith_op() + " " +
              num_expr(depth - 1, labelled) + ")";
     }
   }
@@ -137,13 +185,13 @@ std::string num_expr(int depth, bool labelled) {
 std::string comparison(int depth, bool labelled) {
   static const std::vector<std::string> ops{"<", "<=", ">", ">=", "==", "!="};
   std::string lhs = num_expr(depth, labelled);
-  std::string rhs = chance(50) ? literal() : num_expr(depth, labelled);
+  std::string rhs = chance(60) ? literal() : num_expr(depth, labelled);
   return "(" + lhs + " " + one_of(ops) + " " + rhs + ")";
 }
 
 /// A boolean expression. On the leftmost path only comparisons and and/or.
 std::string bool_expr(int depth, bool labelled, bool left_path) {
-  int choice = depth <= 0 ? 0 : pick(0, left_path ? 2 : 4);
+  int choice = depth <= 0 || chance(40) ? 0 : pick(0, left_path ? 2 : 4);
   if (choice == 3 && excluded("not")) choice = 0;
   if (choice == 4 && excluded("is_nan")) choice = 0;
   switch (choice) {
@@ -157,7 +205,10 @@ std::string bool_expr(int depth, bool labelled, bool left_path) {
   }
 }
 
-std::string duration(int lo_samples, int hi_samples, int lo_steps, int hi_steps) {
+std::string duration(int lo_samples, int hi_samples, int lo_steps, int hi_steps,
+                     bool allow_time = true) {
+  if (allow_time && chance(15) && !excluded("time")) return std::to_string(pick(0, 10)) + "s";
+  if (chance(10) && !excluded("evals")) return std::to_string(pick(lo_samples, hi_samples)) + " evals";
   if (chance(50)) return std::to_string(pick(lo_samples, hi_samples)) + " samples";
   return std::to_string(pick(lo_steps, hi_steps)) + " steps";
 }
@@ -169,7 +220,7 @@ std::string rule_text(int index) {
   std::string text = "rule r" + std::to_string(index) + ":\n  when " + cond;
   if (chance(40) && !excluded("for")) text += " for " + duration(1, 3, 1, 6);
   if (chance(25) && !excluded("after")) text += "\n  after " + duration(1, 4, 0, 10);
-  if (chance(25) && !excluded("every")) text += "\n  every " + duration(1, 3, 1, 5);
+  if (chance(25) && !excluded("every")) text += "\n  every " + duration(1, 3, 1, 5, false);
   if (chance(35) && !excluded("cooldown")) text += "\n  cooldown " + duration(1, 3, 1, 5);
   if (chance(25) && !excluded("in")) text += chance(50) ? "\n  in train" : "\n  in eval";
   return text + "\n  do log\n";
@@ -181,21 +232,28 @@ struct Trace {
   std::vector<ref::Observation> obs;
 };
 
-ref::Observation gen_observation(std::int64_t step) {
+ref::Observation gen_observation(std::int64_t step, const std::string& mode) {
   static const std::vector<double> values{0, 1, 2, -1, 0.5, nan, 3, 1};
   static const std::vector<ref::SeriesSample> all{
       {"a", {}, 0}, {"b", {}, 0}, {"c", {}, 0},
       {"v", {{"k", "1"}}, 0}, {"v", {{"k", "2"}}, 0}, {"v", {{"k", "3"}}, 0}};
   ref::Observation o;
   o.step = step;
-  o.mode = chance(25) ? "eval" : "train";
+  o.mode = mode;
   for (const auto& s : all) {
     if (!chance(50)) continue;
     auto sample = s;
     do {
       sample.value = one_of(values);
-    } while (std::isnan(sample.value) && excluded("nan"));
+    } while (std::isnan(sample.value) && (excluded("nan") || s.name == "c"));  // c: never NaN
     o.samples.push_back(sample);
+  }
+  // The same series twice in one observation: the last value wins.
+  if (!o.samples.empty() && chance(5) && !excluded("dup")) {
+    auto again = o.samples[static_cast<std::size_t>(pick(0, static_cast<int>(o.samples.size()) - 1))];
+    again.value = one_of(values);
+    if (again.name == "c" && std::isnan(again.value)) again.value = 2;
+    o.samples.push_back(again);
   }
   // Feed in a random order: firing order must not depend on it.
   if (o.samples.size() > 1 && chance(50)) {
@@ -206,14 +264,29 @@ ref::Observation gen_observation(std::int64_t step) {
   return o;
 }
 
+/// Steps never decrease within a mode, except for the odd deliberately
+/// out-of-order observation (ignored by the engine). In some traces eval
+/// observations count their own steps, below the training steps. Times
+/// (seconds) never decrease; a few observations have none.
 Trace gen_trace() {
   static const std::vector<int> gaps{0, 1, 1, 1, 2, 5};
+  static const std::vector<double> time_gaps{0, 0.5, 1, 1, 2, 5};
   Trace t;
   int n = pick(1, 60);
-  std::int64_t step = pick(0, 3);
+  const bool own_eval_steps = chance(30) && !excluded("evalsteps");
+  const bool timed = chance(80) && !excluded("time");
+  std::int64_t step = pick(0, 3), eval_step = 0;
+  double time = 1000;
   for (int i = 0; i < n; ++i) {
-    t.obs.push_back(gen_observation(step));
-    step += one_of(gaps);
+    std::string mode = chance(25) ? "eval" : "train";
+    std::int64_t& counter = own_eval_steps && mode == "eval" ? eval_step : step;
+    std::int64_t at = counter;
+    if (counter > 0 && chance(4) && !excluded("order")) at = counter - pick(1, 2);
+    auto o = gen_observation(at, mode);
+    if (timed && !chance(5)) o.time = time;
+    t.obs.push_back(std::move(o));
+    if (at == counter) counter += one_of(gaps);
+    time += one_of(time_gaps);
   }
   return t;
 }
@@ -234,7 +307,9 @@ std::string series_key(const ref::SeriesSample& s) {
 std::string dump_trace(const Trace& t) {
   std::ostringstream os;
   for (const auto& o : t.obs) {
-    os << "  step " << o.step << " " << o.mode << ":";
+    os << "  step " << o.step << " " << o.mode;
+    if (!std::isnan(o.time)) os << " t=" << o.time;
+    os << ":";
     for (const auto& s : o.samples) os << " " << series_key(s) << "=" << s.value;
     os << "\n";
   }
@@ -255,7 +330,7 @@ std::vector<ref::Firing> run_engine(const vigil::Program& program, const Trace& 
   for (const auto& o : t.obs) {
     std::vector<vigil::Sample> samples;
     for (const auto& s : o.samples) samples.push_back({*engine.series(series_key(s)), s.value});
-    for (const auto& f : engine.observe(o.step, samples, {.mode = o.mode}))
+    for (const auto& f : engine.observe(o.step, samples, {.mode = o.mode, .time = o.time}))
       out.push_back({f.rule_name(), f.step, ref::labels_string(*f.labels), f.value, f.pending_since});
   }
   return out;
