@@ -165,6 +165,7 @@ struct Column {
 struct StatefulSlot {
   stdlib::DetectorState state;
   double out = nan;
+  bool defined = false;  // warmed up, or just fed a NaN (which yields NaN)
 };
 
 struct ElemState {
@@ -273,6 +274,8 @@ struct Engine::Impl {
   bool force = true;      // recompute every node (first observation, after restore)
   std::int64_t step = 0;
   double time = nan, first_time = nan, epoch = nan;
+  std::int64_t low_step = 0;  // lowest latest step over the modes seen
+  double last_time = nan;     // latest time given
   std::uint16_t mode = 0;
   EngineStats stats;
 
@@ -360,9 +363,12 @@ struct Engine::Impl {
     const auto& h = s.hist;
     if (h.size < s.need.count) return true;
     std::size_t p = h.at(0);
-    if (s.need.steps > 0 && static_cast<double>(h.step[p]) > static_cast<double>(step) - s.need.steps)
+    // A later observation of another mode may have a lower step than this
+    // one, so step windows keep what the lowest current step of any mode
+    // seen so far could still reach.
+    if (s.need.steps > 0 && static_cast<double>(h.step[p]) > static_cast<double>(low_step) - s.need.steps)
       return true;
-    if (s.need.seconds > 0 && h.time[p] > time - s.need.seconds) return true;
+    if (s.need.seconds > 0 && h.time[p] > last_time - s.need.seconds) return true;
     if (s.need.evals > 0 && h.mode[p] == 1 && h.evals <= s.need.evals) return true;
     return false;
   }
@@ -439,54 +445,75 @@ struct Engine::Impl {
   }
 
   /// The window of `s` for `w`, as a contiguous span (gathered for evals).
+  /// The window of `s` for `w`, in time order: a span of the ring buffer
+  /// when the samples are contiguous there, else gathered.
   stdlib::Window window(const Series& s, const ir::Dur& w) {
     const auto& h = s.hist;
-    std::size_t n = 0;
+    const stdlib::Window none{nullptr, nullptr, 0, nullptr};
+    // Held samples are contiguous from at(0) thanks to the mirror.
+    const std::size_t base = h.size ? h.at(0) : 0;
+    std::size_t lo = 0, hi = h.size;  // the window is [lo, hi) of the held samples
     switch (w.unit) {
-      case ir::Unit::samples:
-        n = static_cast<std::size_t>(w.amount);
-        if (h.size < n) return {nullptr, nullptr, 0, nullptr};
+      case ir::Unit::samples: {
+        const auto n = static_cast<std::size_t>(w.amount);
+        if (h.size < n) return none;
+        lo = h.size - n;
         break;
+      }
       case ir::Unit::steps: {
-        auto in_window = [&](std::int64_t s) {
-          return static_cast<double>(s) > static_cast<double>(step) - w.amount;
+        // (cur - N, cur]: samples of other modes may lie above the current step.
+        auto in = [&](std::int64_t st) {
+          return static_cast<double>(st) > static_cast<double>(step) - w.amount && st <= step;
         };
-        if (h.steps_sorted && h.size > 0) {  // held samples are contiguous from at(0)
-          const std::int64_t* first = &h.step[h.at(0)];
-          const std::int64_t* last = first + h.size;
-          n = static_cast<std::size_t>(
-              last - std::partition_point(first, last, [&](std::int64_t s) { return !in_window(s); }));
-        } else {
-          while (n < h.size && in_window(h.step[h.at(h.size - 1 - n)])) ++n;
-        }
+        if (!h.steps_sorted) return gather(h, [&](std::size_t p) { return in(h.step[p]); }, 0);
+        const std::int64_t* first = &h.step[base];
+        lo = static_cast<std::size_t>(
+            std::partition_point(first, first + h.size,
+                                 [&](std::int64_t st) {
+                                   return static_cast<double>(st) <=
+                                          static_cast<double>(step) - w.amount;
+                                 }) -
+            first);
+        hi = static_cast<std::size_t>(
+            std::partition_point(first, first + h.size, [&](std::int64_t st) { return st <= step; }) -
+            first);
         break;
       }
       case ir::Unit::seconds:
-        if (std::isnan(time)) return {nullptr, nullptr, 0, nullptr};
-        while (n < h.size && h.time[h.at(h.size - 1 - n)] > time - w.amount) ++n;
-        break;
-      case ir::Unit::evals: {
-        auto want = static_cast<std::size_t>(w.amount);
-        gather_v.clear();
-        gather_s.clear();
-        for (std::size_t i = h.size; i-- > 0 && gather_v.size() < want;) {
-          std::size_t p = h.at(i);
-          if (h.mode[p] != 1) continue;
-          gather_v.push_back(h.value[p]);
-          gather_s.push_back(h.step[p]);
-        }
-        if (gather_v.size() < want) return {nullptr, nullptr, 0, nullptr};
-        std::reverse(gather_v.begin(), gather_v.end());
-        std::reverse(gather_s.begin(), gather_s.end());
-        if (scratch.size() < 2 * want) scratch.resize(2 * want);
-        return {gather_v.data(), gather_s.data(), want, scratch.data()};
-      }
-      case ir::Unit::epochs: return {nullptr, nullptr, 0, nullptr};
+        // (now - T, now]; samples taken without a time are in no time window.
+        if (std::isnan(time)) return none;
+        return gather(h, [&](std::size_t p) {
+          return h.time[p] > time - w.amount && h.time[p] <= time;
+        }, 0);
+      case ir::Unit::evals:
+        return gather(h, [&](std::size_t p) { return h.mode[p] == 1; },
+                      static_cast<std::size_t>(w.amount));
+      case ir::Unit::epochs: return none;
     }
-    if (n == 0) return {nullptr, nullptr, 0, nullptr};
+    const std::size_t n = hi > lo ? hi - lo : 0;
+    if (n == 0) return none;
     if (scratch.size() < 2 * n) scratch.resize(2 * n);
-    std::size_t start = h.at(h.size - n);  // contiguous thanks to the mirror
-    return {&h.value[start], &h.step[start], n, scratch.data()};
+    return {&h.value[base + lo], &h.step[base + lo], n, scratch.data()};
+  }
+
+  /// Copies the held samples that satisfy `keep`, newest first and at most
+  /// `want` of them (0: all), into the gather buffers in time order. With
+  /// `want`, fewer than `want` samples is no window at all.
+  template <class Keep>
+  stdlib::Window gather(const History& h, Keep keep, std::size_t want) {
+    gather_v.clear();
+    gather_s.clear();
+    for (std::size_t i = h.size; i-- > 0 && (want == 0 || gather_v.size() < want);) {
+      const std::size_t p = h.at(i);
+      if (!keep(p)) continue;
+      gather_v.push_back(h.value[p]);
+      gather_s.push_back(h.step[p]);
+    }
+    if (gather_v.empty() || (want && gather_v.size() < want)) return {nullptr, nullptr, 0, nullptr};
+    std::reverse(gather_v.begin(), gather_v.end());
+    std::reverse(gather_s.begin(), gather_s.end());
+    if (scratch.size() < 2 * gather_v.size()) scratch.resize(2 * gather_v.size());
+    return {gather_v.data(), gather_s.data(), gather_v.size(), scratch.data()};
   }
 
   void eval_range(const PlanNode& n, Column& out) {
@@ -513,8 +540,12 @@ struct Engine::Impl {
     for (std::size_t i = 0; i < in.values.size(); ++i) {
       StatefulSlot& slot = sl[in.labels[i]];
       const bool fresh = fresh_at(n.inputs[0], i);
-      if (fresh) slot.out = n.fn->stateful(slot.state, in.values[i], n.const_args);
-      if (slot.state.n < static_cast<std::int64_t>(n.fn->min_samples)) continue;
+      if (fresh) {
+        slot.out = n.fn->stateful(slot.state, in.values[i], n.const_args);
+        slot.defined = slot.state.n >= static_cast<std::int64_t>(n.fn->min_samples) ||
+                       std::isnan(in.values[i]);
+      }
+      if (!slot.defined) continue;
       out.push(in.labels[i], slot.out, fresh);
     }
   }
@@ -820,6 +851,10 @@ struct Engine::Impl {
       return {};
     }
     last_step_by_mode[m] = st;
+    low_step = st;
+    for (auto last : last_step_by_mode)
+      if (last != INT64_MIN) low_step = std::min(low_step, last);
+    if (!std::isnan(o.time)) last_time = o.time;
     ++obs;
     ++stats.observations;
     step = st;
@@ -928,6 +963,8 @@ struct Engine::Impl {
     w.pod(time);
     w.pod(first_time);
     w.pod(epoch);
+    w.pod(low_step);
+    w.pod(last_time);
     w.pod(mode);
     w.pod(stats);
     for (const auto& sl : slots) w.vec(sl);
@@ -990,6 +1027,8 @@ struct Engine::Impl {
     fresh.time = r.pod<double>();
     fresh.first_time = r.pod<double>();
     fresh.epoch = r.pod<double>();
+    fresh.low_step = r.pod<std::int64_t>();
+    fresh.last_time = r.pod<double>();
     fresh.mode = r.pod<std::uint16_t>();
     fresh.stats = r.pod<EngineStats>();
     for (auto& sl : fresh.slots) sl = r.vec<StatefulSlot>();

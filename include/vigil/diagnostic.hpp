@@ -82,7 +82,8 @@ std::string format_diagnostic(const Diagnostic& d, const SourceSet& sources);
 /// Renders all diagnostics in order, each followed by a newline.
 std::string format_diagnostics(const std::vector<Diagnostic>& ds, const SourceSet& sources);
 
-/// Levenshtein distance, used for "did you mean" suggestions.
+/// Edit distance counting insertions, deletions, substitutions and swaps of
+/// adjacent characters (optimal string alignment), for "did you mean".
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
 /// The candidate closest to `word` if it is close enough to be a plausible

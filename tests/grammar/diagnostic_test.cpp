@@ -82,13 +82,17 @@ TEST(FormatDiagnostic, MultipleInOrder) {
             "m.rules:2:1: error: two\n    b\n    ^\n");
 }
 
-TEST(EditDistance, Levenshtein) {
+TEST(EditDistance, CountsEditsAndAdjacentSwaps) {
   EXPECT_EQ(edit_distance("", ""), 0u);
   EXPECT_EQ(edit_distance("abc", ""), 3u);
   EXPECT_EQ(edit_distance("", "abc"), 3u);
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
   EXPECT_EQ(edit_distance("val_los", "val_loss"), 1u);
   EXPECT_EQ(edit_distance("flaw", "lawn"), 2u);
+  EXPECT_EQ(edit_distance("spkie", "spike"), 1u);  // one swap, not two substitutions
+  EXPECT_EQ(edit_distance("medain", "median"), 1u);
+  EXPECT_EQ(edit_distance("ab", "ba"), 1u);
+  EXPECT_EQ(edit_distance("abc", "ca"), 3u);  // OSA: no edits of a swapped pair
 }
 
 TEST(ClosestMatch, PlausibleTyposOnly) {

@@ -508,9 +508,82 @@ TEST(Range, StepWindowExcludesLaterStepsOfAnotherMode) {
   EXPECT_EQ(values_of("sum(x[2 steps])", trace), (StepValues{{10, 5}, {11, 12}, {1, 1}}));
 }
 
+TEST(Range, TimeWindowSkipsSamplesWithoutTime) {
+  // The sample of step 2 has no time, so it is in no time window; the window
+  // x[5s] at t=101 is (96, 101] and holds the samples of t=100 and t=101.
+  // At step 2 itself the window is undefined (no current time).
+  std::vector<Obs> trace{{1, {{"x", 1}}, "train", 100.0}, {2, {{"x", 2}}}, {3, {{"x", 3}}, "train", 101.0}};
+  EXPECT_EQ(values_of("count(x[5s])", trace), (StepValues{{1, 1}, {3, 2}}));
+  EXPECT_EQ(values_of("sum(x[5s])", trace), (StepValues{{1, 1}, {3, 4}}));
+}
+
 TEST(Range, StepWindowSeesOnlyCurrentStep) {
   // x[1 steps] at step s is (s-1, s]: the current sample only.
   EXPECT_EQ(values_of("sum(x[1 steps])", series_x({3, 4}, 7)), (StepValues{{7, 3}, {8, 4}}));
+}
+
+TEST(Range, EvalsWindowHoldsOnlyEvalSamples) {
+  // x[2 evals]: the last 2 samples taken in eval observations; defined once
+  // there are two of them (step 4), whatever the train samples in between.
+  std::vector<Obs> trace{{1, {{"x", 1}}}, {2, {{"x", 5}}, "eval"}, {3, {{"x", 7}}},
+                         {4, {{"x", 9}}, "eval"}, {5, {{"x", 11}}}};
+  EXPECT_EQ(values_of("sum(x[2 evals])", trace), (StepValues{{4, 14}, {5, 14}}));
+}
+
+TEST(Range, AnyNan) {
+  EXPECT_EQ(steps(run("rule r: when any_nan(x[3]) cooldown 1 samples do log",
+                      series_x({1, nan, 2, 3, 4}))),
+            (std::vector<std::int64_t>{3, 4}));
+}
+
+TEST(Detectors, ZscoreRobustZIqrOutlier) {
+  // Others (the window without the latest) are 1, 2, 3; latest 6.
+  auto trace = series_x({1, 2, 3, 6});
+  // (6 - 2) / population std of (1, 2, 3) = 4 / sqrt(2/3).
+  auto z = values_of("zscore(x[4])", trace);
+  ASSERT_EQ(z.size(), 1u);
+  EXPECT_EQ(z[0].first, 4);
+  EXPECT_DOUBLE_EQ(z[0].second, 4 / std::sqrt(2.0 / 3.0));
+  // 0.6745 * (6 - median 2) / MAD 1.
+  auto rz = values_of("robust_z(x[4])", trace);
+  ASSERT_EQ(rz.size(), 1u);
+  EXPECT_DOUBLE_EQ(rz[0].second, 0.6745 * 4);
+  // Others 1, 2, 3, 4: Q1 = 1.75, Q3 = 3.25, IQR 1.5, fences [-0.5, 5.5].
+  EXPECT_EQ(steps(run("rule r: when iqr_outlier(x[5], 1.5) do log", series_x({1, 2, 3, 4, 6}))),
+            (std::vector<std::int64_t>{5}));
+  EXPECT_TRUE(run("rule r: when iqr_outlier(x[5], 1.5) do log", series_x({1, 2, 3, 4, 5.5})).empty());
+}
+
+TEST(Functions, ElementwiseAndOperators) {
+  auto trace = series_x({2, -1, 0.5});
+  EXPECT_EQ(values_of("clamp(x, 0, 1)", trace), (StepValues{{1, 1}, {2, 0}, {3, 0.5}}));
+  EXPECT_EQ(values_of("max(x, 1)", trace), (StepValues{{1, 2}, {2, 1}, {3, 1}}));
+  EXPECT_EQ(values_of("min(x, 1)", trace), (StepValues{{1, 1}, {2, -1}, {3, 0.5}}));
+  // ^ is right-associative and binds tighter than unary minus.
+  EXPECT_EQ(values_of("x * 0 + 2 ^ 3 ^ 2", series_x({1})), (StepValues{{1, 512}}));
+  EXPECT_EQ(values_of("x * 0 - 2 ^ 2", series_x({1})), (StepValues{{1, -4}}));
+  EXPECT_EQ(values_of("x % 3", series_x({-7, 7.5})), (StepValues{{1, -1}, {2, 1.5}}));
+  EXPECT_EQ(values_of("abs(x) + sqrt(4) + exp(0) + log(1)", series_x({-3})), (StepValues{{1, 6}}));
+}
+
+TEST(After, TimeCountsFromTheFirstTimedObservation) {
+  // The first observation with a time (t=100) has no x; `after 10s` skips
+  // until t >= 110.
+  std::vector<Obs> trace{{1, {{"y", 0}}, "train", 100.0},
+                         {2, {{"x", 1}}, "train", 105.0},
+                         {3, {{"x", 1}}, "train", 110.0},
+                         {4, {{"x", 1}}, "train", 111.0}};
+  EXPECT_EQ(steps(run("rule r: when x > 0 after 10s cooldown 1 samples do log", trace)),
+            (std::vector<std::int64_t>{3, 4}));
+}
+
+TEST(Cooldown, Seconds) {
+  std::vector<Obs> trace;
+  std::int64_t step = 0;
+  for (double t : {0.0, 2.0, 5.0, 6.0, 10.0, 11.0}) trace.push_back({step++, {{"x", 1}}, "train", t});
+  // Fires at t=0, then the first t >= 5 (step 2), then t >= 10 (step 4).
+  EXPECT_EQ(steps(run("rule r: when x > 0 cooldown 5s do log", trace)),
+            (std::vector<std::int64_t>{0, 2, 4}));
 }
 
 // ---- stateful functions ------------------------------------------------------
@@ -541,6 +614,23 @@ TEST(Stateful, StepsSinceBest) {
             (StepValues{{1, 0}, {2, 1}, {3, 0}}));
   EXPECT_EQ(values_of("steps_since_best(x, 0, \"max\")", series_x({1, 2, 2, 1})),
             (StepValues{{1, 0}, {2, 0}, {3, 1}, {4, 2}}));
+}
+
+TEST(Stateful, NaNInputYieldsNaNAndLeavesStateUnchanged) {
+  // semantics.md: "a NaN input yields NaN and leaves the state unchanged",
+  // for every stateful function, prev included, and also before any number
+  // was seen (the element then exists, with value NaN).
+  auto trace = series_x({nan, 2, nan, 4});
+  EXPECT_EQ(steps(run("rule r: when is_nan(ewma(x, 0.5)) cooldown 1 samples do log", trace)),
+            (std::vector<std::int64_t>{1, 3}));
+  EXPECT_EQ(steps(run("rule r: when is_nan(best(x, \"min\")) cooldown 1 samples do log", trace)),
+            (std::vector<std::int64_t>{1, 3}));
+  // prev over 1, NaN, 4: NaN at the NaN sample; at step 3 the state is still
+  // 1 (the NaN did not replace it).
+  auto trace2 = series_x({1, nan, 4});
+  EXPECT_EQ(steps(run("rule r: when is_nan(prev(x)) cooldown 1 samples do log", trace2)),
+            (std::vector<std::int64_t>{2}));
+  EXPECT_EQ(values_of("prev(x)", trace2), (StepValues{{3, 1}}));
 }
 
 TEST(Stateful, UpdatedRegardlessOfRuleGating) {

@@ -94,31 +94,11 @@ nlohmann::ordered_json json_number(double v) {
   return v;
 }
 
-// `{a="x",b="y"}`: the label part of the series-key form, escapes included.
-std::string format_labels(const vigil::Labels& labels) {
-  std::string out = "{";
-  for (const auto& [k, v] : labels) {
-    if (out.size() > 1) out += ',';
-    out += k;
-    out += "=\"";
-    for (char c : v) {
-      if (c == '"' || c == '\\') out += '\\';
-      if (c == '\n') {
-        out += "\\n";
-        continue;
-      }
-      out += c;
-    }
-    out += '"';
-  }
-  return out + "}";
-}
-
 void print_firing_text(const vigil::Firing& f, const vigil::Engine& engine, bool explain,
                        std::string& out) {
   out += fmt::format("step {} [{}] {} ({})", f.step, f.mode, f.rule_name(),
                      vigil::to_string(f.severity));
-  if (f.labels != nullptr && !f.labels->empty()) out += " " + format_labels(*f.labels);
+  if (f.labels != nullptr && !f.labels->empty()) out += " " + vigil::format_series_key("", *f.labels);
   if (f.value) out += fmt::format(" value={}", *f.value);
   if (f.actions != nullptr && !f.actions->empty()) {
     out += " ->";
