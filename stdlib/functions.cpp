@@ -214,11 +214,12 @@ double r_iqr_outlier(const Window& w, std::span<const double> c) {
 }
 
 // ---- stateful -------------------------------------------------------------
-// DetectorState layout is per function; see each kernel. A NaN sample (other
-// than for prev) yields NaN and leaves the state as it was, so one bad batch
-// does not poison a detector for the rest of the run.
+// DetectorState layout is per function; see each kernel. A NaN sample yields
+// NaN and leaves the state as it was, so one bad batch does not poison a
+// detector for the rest of the run.
 
 double s_prev(DetectorState& st, double x, std::span<const double>) {
+  if (std::isnan(x)) return nan;
   double out = st.n > 0 ? st.s[0] : nan;
   st.s[0] = x;
   ++st.n;
@@ -434,7 +435,7 @@ std::vector<FunctionDef> make_defs() {
                  "needs the full window: N samples of x[N]"));
   // Stateful over the whole history.
   {
-    auto f = sf("prev", {num("x")}, s_prev, "the previous sample of x (NaN samples included)",
+    auto f = sf("prev", {num("x")}, s_prev, "the previous non-NaN sample of x",
                 "loss > 2 * prev(loss)", "defined from the 2nd sample");
     f.min_samples = 2;
     d.push_back(std::move(f));

@@ -42,7 +42,7 @@ std::string render_function_reference(const FunctionRegistry& registry) {
       {FnKind::stateful, "Stateful functions",
        "Follow each series over its whole history; the state advances at every new sample of the "
        "argument, whether or not the rule is evaluated then. A NaN sample yields NaN and leaves "
-       "the state unchanged (except `prev`)."},
+       "the state unchanged."},
   };
   std::string out =
       "# Function reference\n\n"

@@ -439,6 +439,24 @@ TEST(Vector, AggregationGivesEmptyLabels) {
   EXPECT_EQ(fired[3].value, 1.0);
 }
 
+TEST(Vector, AnyAllAndMeanAggregations) {
+  std::vector<Obs> trace{{1, {{"g{layer=\"a\"}", 1}, {"g{layer=\"b\"}", 7}, {"g{layer=\"c\"}", 4}}}};
+  auto fired = run("rule any: when any(g > 5) do log\nrule all: when all(g > 5) do log\n"
+                   "rule all0: when all(g > 0) do log\nrule mean: when mean(g) == 4 do log",
+                   trace);
+  std::vector<std::string> names;
+  for (const auto& f : fired) names.push_back(f.rule + ":" + f.labels);
+  EXPECT_EQ(names, (std::vector<std::string>{"any:", "all0:", "mean:"}));
+}
+
+TEST(Vector, InternedSeriesWithoutSampleHasNoElement) {
+  vigil::Engine engine(compile("rule r: when count(g) >= 1 cooldown 1 samples do log\n"), recording());
+  ASSERT_TRUE(engine.series("g{layer=\"never\"}").has_value());
+  auto fired = feed(engine, {1, {{"g{layer=\"a\"}", 1}}});
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0].value, 1.0);  // the interned but never observed series is not counted
+}
+
 TEST(Vector, ScalarBroadcastsAgainstVector) {
   // max(g) is a scalar; `g < max(g)` is evaluated per element of g.
   std::vector<Obs> trace{{1, {{"g{layer=\"a\"}", 1}, {"g{layer=\"b\"}", 7}, {"g{layer=\"c\"}", 3}}}};
@@ -506,6 +524,20 @@ TEST(Range, StepWindowExcludesLaterStepsOfAnotherMode) {
   // (-1, 1]: the train samples of steps 10 and 11 are not in it.
   std::vector<Obs> trace{{10, {{"x", 5}}}, {11, {{"x", 7}}}, {1, {{"x", 1}}, "eval"}};
   EXPECT_EQ(values_of("sum(x[2 steps])", trace), (StepValues{{10, 5}, {11, 12}, {1, 1}}));
+}
+
+TEST(Range, StepWindowKeepsOldSamplesForALaterModeWithLowerSteps) {
+  // Train reaches step 5 (x[2 steps] there is (3, 5]), then eval observes at
+  // step 1: its window (-1, 1] must still hold the train sample of step 1.
+  std::vector<Obs> trace{{1, {{"x", 1}}}, {5, {{"x", 5}}}, {1, {{"x", 10}}, "eval"}};
+  EXPECT_EQ(values_of("sum(x[2 steps])", trace), (StepValues{{1, 1}, {5, 5}, {1, 11}}));
+  // Eval counting its own steps from 0: exact once the mode has been seen
+  // (here an empty eval observation opens the run), since history is kept for
+  // the lowest latest step of the modes seen (docs/semantics.md).
+  std::vector<Obs> trace2{{0, {}, "eval"}, {1, {{"x", 1}}}, {2, {{"x", 2}}}, {2, {{"x", 2}}},
+                          {0, {{"x", 0}}, "eval"}, {1, {{"x", 3}}, "eval"}};
+  EXPECT_EQ(values_of("sum(x[1 steps])", trace2),
+            (StepValues{{1, 1}, {2, 2}, {2, 4}, {0, 0}, {1, 4}}));
 }
 
 TEST(Range, TimeWindowSkipsSamplesWithoutTime) {
@@ -617,7 +649,7 @@ TEST(Stateful, StepsSinceBest) {
 }
 
 TEST(Stateful, NaNInputYieldsNaNAndLeavesStateUnchanged) {
-  // semantics.md: "a NaN input yields NaN and leaves the state unchanged",
+  // The evaluation semantics: "a NaN input yields NaN and leaves the state unchanged",
   // for every stateful function, prev included, and also before any number
   // was seen (the element then exists, with value NaN).
   auto trace = series_x({nan, 2, nan, 4});

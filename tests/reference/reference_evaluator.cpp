@@ -24,7 +24,7 @@ const T* as(const ast::Expr& e) {
   return std::get_if<T>(&e.node);
 }
 
-/// Reductions over the samples of a window, by the letter of semantics.md:
+/// Reductions over the samples of a window, by the letter of the evaluation semantics (SPEC §2):
 /// a NaN sample makes every numeric reduction NaN except count/first/last.
 double reduce(const std::string& fn, const std::vector<double>& v) {
   if (fn == "count") return static_cast<double>(v.size());
@@ -83,6 +83,7 @@ std::string labels_string(const Labels& labels) {
 
 std::string to_string(const Firing& f) {
   std::ostringstream os;
+  os.precision(17);
   os << f.rule << " @" << f.step << " {" << f.labels << "} value=";
   if (f.value)
     os << *f.value;
@@ -259,7 +260,7 @@ Evaluator::Value Evaluator::eval_range(const std::string& fn, const ast::Subscri
 }
 
 /// Stateful functions, recomputed by replaying the series' whole history.
-/// A NaN input yields NaN and leaves the state unchanged (semantics.md).
+/// A NaN input yields NaN and leaves the state unchanged (evaluation semantics).
 Evaluator::Value Evaluator::eval_stateful(const ast::Call& c) const {
   Value out;
   auto number_arg = [&](std::size_t i) { return std::get<ast::Number>(c.args[i]->node).value; };
