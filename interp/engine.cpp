@@ -217,9 +217,12 @@ struct Reader {
     in.remove_prefix(sizeof v);
     return v;
   }
+  /// A count of items of at least `elem` bytes each that must still fit in
+  /// the remaining bytes (so a corrupt count cannot make us read past them
+  /// or reserve gigabytes).
   std::uint64_t count(std::size_t elem = 1) {
     auto n = pod<std::uint64_t>();
-    if (n > in.size() / std::max<std::size_t>(elem, 1) + 1)
+    if (n > in.size() / std::max<std::size_t>(elem, 1))
       throw Error("engine state is truncated or corrupt");
     return n;
   }
@@ -247,6 +250,7 @@ struct Engine::Impl {
   EngineOptions options;
   std::unordered_map<std::string, ActionCallback> callbacks;
   bool bindings_checked = false;
+  bool dispatching = false;  // inside an action callback: observe() is not reentrant
 
   std::vector<std::unique_ptr<Labels>> labelsets;  // id -> labels (stable addresses)
   std::unordered_map<std::string, std::uint32_t> labelset_ids;
@@ -763,7 +767,7 @@ struct Engine::Impl {
           switch (c.unit) {
             case ir::Unit::samples:
             case ir::Unit::evals: since = static_cast<double>(e.evals - e.last_fire_eval); break;
-            case ir::Unit::steps: since = static_cast<double>(step - e.last_fire_step); break;
+            case ir::Unit::steps: since = span(e.last_fire_step, step); break;
             case ir::Unit::seconds: since = time - e.last_fire_time; break;
             case ir::Unit::epochs: since = epoch - e.last_fire_epoch; break;
           }
@@ -794,13 +798,19 @@ struct Engine::Impl {
     }
   }
 
+  /// to - from in double: steps are host data and int64 subtraction of
+  /// extreme values would overflow.
+  static double span(std::int64_t from, std::int64_t to) {
+    return static_cast<double>(to) - static_cast<double>(from);
+  }
+
   bool satisfied(const ir::Rule& r, const ElemState& e) const {
     if (!r.for_) return true;
     const auto& d = *r.for_;
     switch (d.unit) {
       case ir::Unit::samples:
       case ir::Unit::evals: return static_cast<double>(e.run) >= d.amount;
-      case ir::Unit::steps: return static_cast<double>(step - e.first_step) >= d.amount;
+      case ir::Unit::steps: return span(e.first_step, step) >= d.amount;
       case ir::Unit::seconds: return time - e.first_time >= d.amount;
       case ir::Unit::epochs: return epoch - e.first_epoch >= d.amount;
     }
@@ -843,6 +853,7 @@ struct Engine::Impl {
 
   std::span<const Firing> observe(std::int64_t st, std::span<const Sample> samples,
                                   const ObserveOptions& o) {
+    if (dispatching) throw Error("observe() called from an action callback");
     check_bindings();
     firings.clear();
     const std::uint16_t m = intern_mode(o.mode);
@@ -866,6 +877,13 @@ struct Engine::Impl {
     force = false;
     evaluate_rules();
     stats.firings += firings.size();
+    // Callbacks run after every rule has been evaluated, so an action cannot
+    // change what other rules see in this observation.
+    dispatching = true;
+    struct Reset {
+      bool& flag;
+      ~Reset() { flag = false; }
+    } reset{dispatching};
     for (const auto& f : firings)
       for (const auto& a : *f.actions)
         if (auto it = callbacks.find(a.name); it != callbacks.end() && it->second)

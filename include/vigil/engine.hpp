@@ -17,7 +17,8 @@
 // kept (rules may match them later), a step going backwards within a mode is
 // counted in `stats().out_of_order` and the observation is ignored. Exceptions
 // (vigil::Error) are only for misuse of the API: observing while an action is
-// unbound (policy error), bad params, malformed state bytes.
+// unbound (policy error), bad params, malformed state bytes, calling observe()
+// from inside an action callback.
 #pragma once
 
 #include <cmath>

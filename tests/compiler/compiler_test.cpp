@@ -256,3 +256,40 @@ TEST(Durations, EpochsAreMeasuredByTheEpochSeries) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(HostMisuse, ObserveFromACallbackIsAnErrorNotACrash) {
+  auto r = vigil::compile_string("when loss > 1 do stop", "t.rules");
+  ASSERT_TRUE(r.ok());
+  vigil::Engine e(*r.program);
+  bool threw = false;
+  e.on("stop", [&](const vigil::Firing&, const vigil::Action&) {
+    try {
+      e.observe(99, {{"loss", 5}});
+    } catch (const vigil::Error&) {
+      threw = true;
+    }
+  });
+  EXPECT_EQ(e.observe(1, {{"loss", 5}}).size(), 1u);
+  EXPECT_TRUE(threw);
+  EXPECT_EQ(e.observe(2, {{"loss", 0}}).size(), 0u);  // usable afterwards
+}
+
+TEST(HostMisuse, ExtremeStepNumbersDoNotOverflow) {
+  auto r = vigil::compile_string(
+      "when loss > 1 for 10 steps cooldown 5 steps do log\n"
+      "when sum(loss[100 steps]) > 1 every 3 steps do log\n",
+      "t.rules");
+  ASSERT_TRUE(r.ok());
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  const std::int64_t steps[] = {INT64_MIN, INT64_MIN + 1, -1, 0, INT64_MAX - 1, INT64_MAX};
+  std::size_t fired = 0;
+  for (auto s : steps) fired += e.observe(s, {{"loss", 5}}).size();
+  // for 10 steps: met once the span from INT64_MIN reaches 10 (at -1); the
+  // sum rule fires at the first evaluation and its windows stay defined.
+  EXPECT_GE(fired, 2u);
+  EXPECT_EQ(e.stats().out_of_order, 0u);
+}
+
+}  // namespace
