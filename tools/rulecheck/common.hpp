@@ -1,0 +1,72 @@
+// Pieces shared by the rulecheck subcommands: exit codes, diagnostics and
+// firing output, and the replay of observations into an engine.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "vigil/engine.hpp"
+#include "vigil/program.hpp"
+#include "vigil/trace.hpp"
+
+namespace rulecheck {
+
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_fired = 1;
+inline constexpr int exit_error = 2;
+
+void print_err(std::string_view text);
+
+/// Compiles and prints every diagnostic (warnings included) to stderr.
+std::optional<vigil::Program> compile(const std::vector<std::string>& paths,
+                                      const vigil::CompileOptions& options);
+
+/// `--param k=v` values; false (and a message) on a malformed one.
+bool parse_params(const std::vector<std::string>& raw, std::map<std::string, vigil::Value>& out);
+
+/// One firing as a text line (plus the engine's explanation, indented).
+void print_firing_text(const vigil::Firing& f, const vigil::Engine& engine, bool explain,
+                       std::string& out);
+/// One firing as a SPEC §5 JSON object on one line.
+void print_firing_json(const vigil::Firing& f, const std::string& trace, std::string& out);
+
+/// Warns (as diagnostics at the rule text) about series the rules read that
+/// the trace never contained: usually a naming mismatch between logger and rules.
+void warn_missing_series(const vigil::Program& program, const std::string& trace,
+                         const std::unordered_set<std::string>& names_seen);
+
+/// Feeds trace observations into a recording engine: interns each distinct
+/// key once, remembers which series names appeared, and warns once per
+/// malformed key.
+class Replay {
+ public:
+  Replay(const vigil::Program& program, std::string trace);
+
+  /// Observes `obs` (its samples) and returns the firings.
+  std::span<const vigil::Firing> feed(const vigil::Observation& obs);
+  /// Interns `obs`'s keys (so their names count as seen) without observing.
+  void note(const vigil::Observation& obs);
+
+  [[nodiscard]] vigil::Engine& engine() { return engine_; }
+  [[nodiscard]] const std::unordered_set<std::string>& names_seen() const { return names_seen_; }
+  [[nodiscard]] const std::string& trace() const { return trace_; }
+
+ private:
+  void intern(const vigil::Observation& obs);
+
+  std::string trace_;
+  vigil::Engine engine_;
+  std::unordered_map<std::string, std::optional<vigil::SeriesId>> ids_;
+  std::unordered_set<std::string> names_seen_;
+  std::vector<vigil::Sample> samples_;
+};
+
+}  // namespace rulecheck
