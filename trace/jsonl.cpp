@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "trace/io.hpp"
 #include "vigil/trace.hpp"
 
 namespace vigil {
@@ -245,55 +246,14 @@ class JsonlReader final : public TraceReader {
   std::vector<std::size_t> shifts_;
 };
 
-// Opens `path` for reading, or fills `error` and returns false.
-bool open_file(const std::string& path, std::ifstream& in, std::uint64_t& size, TraceError& error) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    error = TraceError{path, 0, 0, "is a directory"};
-    return false;
-  }
-  in.open(path, std::ios::binary);
-  if (!in) {
-    error = TraceError{path, 0, 0, fmt::format("cannot open: {}", std::strerror(errno))};
-    return false;
-  }
-  const auto file_size = std::filesystem::file_size(path, ec);
-  size = ec ? 0 : static_cast<std::uint64_t>(file_size);
-  return true;
-}
-
 }  // namespace
 
-std::unique_ptr<TraceReader> open_jsonl(const std::string& path, TraceError& error) {
+std::unique_ptr<TraceReader> open_jsonl(const std::string& path, TraceError& error,
+                                        const TraceOptions& /*options*/) {
   std::ifstream in;
   std::uint64_t size = 0;
-  if (!open_file(path, in, size, error)) return nullptr;
+  if (!trace_io::open_file(path, in, size, error)) return nullptr;
   return std::make_unique<JsonlReader>(path, std::move(in), size);
-}
-
-std::unique_ptr<TraceReader> open_trace(const std::string& path, TraceError& error) {
-  std::ifstream in;
-  std::uint64_t size = 0;
-  if (!open_file(path, in, size, error)) return nullptr;
-  // The first non-space byte (after a UTF-8 BOM) decides. An empty file is an
-  // empty JSONL trace (zero observations), not an error.
-  char buf[4096];
-  int first = -1;
-  bool at_start = true;
-  while (first < 0 && in.read(buf, sizeof buf).gcount() > 0) {
-    std::string_view chunk(buf, static_cast<std::size_t>(in.gcount()));
-    if (at_start && chunk.starts_with("\xEF\xBB\xBF")) chunk.remove_prefix(3);
-    at_start = false;
-    for (char c : chunk) {
-      if (std::isspace(static_cast<unsigned char>(c)) == 0) {
-        first = static_cast<unsigned char>(c);
-        break;
-      }
-    }
-  }
-  if (first < 0 || first == '{') return open_jsonl(path, error);
-  error = TraceError{path, 0, 0, "unknown trace format"};
-  return nullptr;
 }
 
 std::string to_jsonl(const Observation& obs) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -47,13 +48,51 @@ class TraceReader {
   std::optional<TraceError> error_;
 };
 
+struct TraceOptions {
+  /// CSV: the step column, when it is not one of step, global_step,
+  /// iteration, epoch.
+  std::string step_column;
+  /// Follow a growing trace (rulecheck watch): at the end of the data next()
+  /// returns false with no error, and an incomplete last record is "not yet
+  /// written" rather than damage; a later next() goes on with what was
+  /// appended since. Formats that cannot be followed ignore it.
+  bool follow = false;
+};
+
+/// The formats open_trace tells apart.
+enum class TraceFormat { jsonl, tensorboard, csv, hf_trainer_state };
+std::string_view to_string(TraceFormat f);
+
+/// The format of `path` judged by its content (a directory: TensorBoard
+/// event files below it), or nullopt with `error` set.
+std::optional<TraceFormat> detect_trace_format(const std::string& path, TraceError& error);
+
 /// Opens a trace, detecting its format from its content. Returns null and
 /// sets `error` if the file cannot be opened or its format is unknown.
-std::unique_ptr<TraceReader> open_trace(const std::string& path, TraceError& error);
+std::unique_ptr<TraceReader> open_trace(const std::string& path, TraceError& error,
+                                        const TraceOptions& options = {});
 
 /// Vigil JSONL: one observation per line (SPEC §6). Accepts "NaN",
 /// "Infinity", "-Infinity" strings and bare NaN/Infinity/-Infinity tokens.
-std::unique_ptr<TraceReader> open_jsonl(const std::string& path, TraceError& error);
+std::unique_ptr<TraceReader> open_jsonl(const std::string& path, TraceError& error,
+                                        const TraceOptions& options = {});
+
+/// TensorBoard event files: one `events.out.tfevents.*` file, or a directory
+/// searched recursively (files merged in step order per run). Scalars from
+/// `simple_value` and scalar tensor summaries; the tag is the series name.
+std::unique_ptr<TraceReader> open_tensorboard(const std::string& path, TraceError& error,
+                                              const TraceOptions& options = {});
+
+/// CSV, wide (a step column and one column per series; empty cell = no
+/// sample) or long (`tag,step,value[,wall_time]`); Lightning `metrics.csv`
+/// and Keras `CSVLogger` files are wide CSVs.
+std::unique_ptr<TraceReader> open_csv(const std::string& path, TraceError& error,
+                                      const TraceOptions& options = {});
+
+/// Hugging Face `trainer_state.json` (`log_history`; `eval_*` entries are
+/// eval-mode observations).
+std::unique_ptr<TraceReader> open_hf_trainer_state(const std::string& path, TraceError& error,
+                                                   const TraceOptions& options = {});
 
 /// Formats one observation as a Vigil JSONL line (no trailing newline);
 /// non-finite values as "NaN" / "Infinity" / "-Infinity" strings.

@@ -229,9 +229,9 @@ TEST(Run, DamagedTraceKeepsPrefixFiringsAndExitsTwo) {
 }
 
 TEST(Run, TraceErrorsExitTwo) {
-  auto r = rulecheck("run basic.rules --trace table.csv");
+  auto r = rulecheck("run basic.rules --trace basic.rules");
   EXPECT_EQ(r.status, 2);
-  EXPECT_THAT(r.err, HasSubstr("table.csv: byte 0: unknown trace format"));
+  EXPECT_THAT(r.err, HasSubstr("basic.rules: byte 0: unknown trace format"));
 
   r = rulecheck("run basic.rules --trace no_such.jsonl");
   EXPECT_EQ(r.status, 2);

@@ -241,18 +241,22 @@ TEST_F(JsonlTest, OpenTraceDetectsFormatByContent) {
   // Leading blank space before the first '{' is fine, whatever the extension.
   EXPECT_NE(vigil::open_trace(write("x.log", "\n  {\"step\": 1}\n"), error), nullptr);
 
-  const auto csv = write("m.csv", "step,loss\n1,2\n");
-  EXPECT_EQ(vigil::open_trace(csv, error), nullptr);
-  EXPECT_EQ(error.message, "unknown trace format");
-  EXPECT_EQ(error.format(), csv + ": byte 0: unknown trace format");
+  // Neither JSON, TensorBoard, CSV nor trainer_state.json.
+  const auto odd = write("m.bin", std::string("\x01\x02\x03 binary", 10));
+  EXPECT_EQ(vigil::open_trace(odd, error), nullptr);
+  EXPECT_TRUE(error.message.starts_with("unknown trace format")) << error.message;
+  EXPECT_TRUE(error.format().starts_with(odd + ": byte 0: unknown trace format"));
+  EXPECT_EQ(vigil::detect_trace_format(write("m.csv", "step,loss\n1,2\n"), error),
+            vigil::TraceFormat::csv);
+  EXPECT_EQ(vigil::detect_trace_format(write("s.json", "{\n  \"log_history\": []\n}\n"), error),
+            vigil::TraceFormat::hf_trainer_state);
+  EXPECT_EQ(vigil::detect_trace_format(dir_.string(), error), vigil::TraceFormat::tensorboard);
 
   const auto missing = (dir_ / "nope.jsonl").string();
   EXPECT_EQ(vigil::open_trace(missing, error), nullptr);
   EXPECT_EQ(error.file, missing);
   EXPECT_EQ(error.message, "cannot open: No such file or directory");
 
-  EXPECT_EQ(vigil::open_trace(dir_.string(), error), nullptr);
-  EXPECT_EQ(error.message, "is a directory");
 
   const auto empty = read_all(write("e.jsonl", ""));
   EXPECT_FALSE(empty.error);
