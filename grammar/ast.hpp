@@ -228,7 +228,18 @@ struct ActionDecl {
   Range range;
 };
 
-using Statement = std::variant<RuleDecl, UseDecl, ParamDecl, LetDecl, ImportDecl, ActionDecl>;
+/// `alias NAME = SERIES {, SERIES}`: trace series named SERIES are read as
+/// NAME (`alias loss = \`train/loss\`, train_loss`).
+struct AliasDecl {
+  std::string name;
+  Range name_range;
+  std::vector<std::string> targets;
+  std::vector<Range> target_ranges;
+  Range range;
+};
+
+using Statement =
+    std::variant<RuleDecl, UseDecl, ParamDecl, LetDecl, ImportDecl, ActionDecl, AliasDecl>;
 
 struct File {
   std::uint32_t file = 0;  // index in the SourceSet

@@ -70,6 +70,7 @@ struct kw_import : kw<'i', 'm', 'p', 'o', 'r', 't'> {};
 struct kw_param : kw<'p', 'a', 'r', 'a', 'm'> {};
 struct kw_let : kw<'l', 'e', 't'> {};
 struct kw_action : kw<'a', 'c', 't', 'i', 'o', 'n'> {};
+struct kw_alias : kw<'a', 'l', 'i', 'a', 's'> {};
 struct kw_and : kw<'a', 'n', 'd'> {};
 struct kw_or : kw<'o', 'r'> {};
 struct kw_not : kw<'n', 'o', 't'> {};
@@ -78,14 +79,14 @@ struct kw_false : kw<'f', 'a', 'l', 's', 'e'> {};
 
 // keyword = "rule" | "when" | ... (words that cannot be bare identifiers) ;
 struct keyword : sor<kw_rule, kw_when, kw_for, kw_after, kw_every, kw_cooldown, kw_severity, kw_in,
-                     kw_do, kw_use, kw_as, kw_import, kw_param, kw_let, kw_action, kw_and, kw_or,
-                     kw_not, kw_true, kw_false> {};
+                     kw_do, kw_use, kw_as, kw_import, kw_param, kw_let, kw_action, kw_alias,
+                     kw_and, kw_or, kw_not, kw_true, kw_false> {};
 // name = identifier - keyword ;
 struct name : seq<not_at<keyword>, identifier> {};
 
-// statement_keyword = "rule" | "when" | "use" | "param" | "let" | "import" | "action" ;
+// statement_keyword = "rule" | "when" | "use" | "param" | "let" | "import" | "action" | "alias" ;
 struct statement_keyword
-    : sor<kw_rule, kw_when, kw_use, kw_param, kw_let, kw_import, kw_action> {};
+    : sor<kw_rule, kw_when, kw_use, kw_param, kw_let, kw_import, kw_action, kw_alias> {};
 
 // ---- literals -------------------------------------------------------------------
 
@@ -386,9 +387,16 @@ struct action_decl_name : name {};
 // action_decl = "action" name ["(" [aparam {"," aparam}] ")"] ;
 struct action_decl : seq<kw_action, ws, must<action_decl_name>, opt<ws, aparams>> {};
 
-// statement = rule | anonymous_rule | use | param | let | import | action_decl ;
-struct statement
-    : sor<rule_decl, anon_rule, use_decl, param_decl, let_decl, import_decl, action_decl> {};
+// alias = "alias" name "=" series_name {"," series_name} ;   series_name = name | backtick_name
+struct alias_target_name : name {};
+struct alias_target_backtick : backtick_name {};
+struct alias_target : sor<alias_target_backtick, alias_target_name> {};
+struct alias_decl : seq<kw_alias, ws, must<decl_name>, ws, must<equals>, ws, must<alias_target>,
+                        star<ws, one<','>, ws, must<alias_target>>> {};
+
+// statement = rule | anonymous_rule | use | param | let | import | action_decl | alias ;
+struct statement : sor<rule_decl, anon_rule, use_decl, param_decl, let_decl, import_decl,
+                       action_decl, alias_decl> {};
 
 // One step of the file loop: the parser calls this once per statement, so that
 // an error abandons only the statement it is in (see parser.cpp).
@@ -412,7 +420,8 @@ template <typename>
 inline constexpr const char* error_message = nullptr;
 
 // clang-format off
-template <> inline constexpr auto error_message<statement> = "expected a statement (rule, when, use, param, let, import or action)";
+template <> inline constexpr auto error_message<statement> = "expected a statement (rule, when, use, param, let, import, action or alias)";
+template <> inline constexpr auto error_message<alias_target> = "expected a series name (an identifier or a `backticked` name)";
 template <> inline constexpr auto error_message<rule_name> = "expected rule name after 'rule'";
 template <> inline constexpr auto error_message<rule_colon> = "expected ':' after rule header";
 template <> inline constexpr auto error_message<rule_when> = "expected 'when' and a condition";

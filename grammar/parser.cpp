@@ -84,6 +84,7 @@ struct State {
   ast::RuleDecl rule;
   ast::UseDecl use;
   std::vector<ast::ActionParam> aparams;
+  ast::AliasDecl alias;
 
   ast::File* out = nullptr;
 
@@ -811,6 +812,34 @@ struct action<g::import_decl> {
 };
 
 template <>
+struct action<g::alias_target_name> {
+  template <typename In>
+  static void apply(const In& in, State& st) {
+    st.alias.targets.push_back(in.string());
+    st.alias.target_ranges.push_back(st.range(in));
+  }
+};
+template <>
+struct action<g::alias_target_backtick> {
+  template <typename In>
+  static void apply(const In& in, State& st) {
+    const std::string_view text = in.string_view();
+    st.alias.targets.emplace_back(text.substr(1, text.size() - 2));
+    st.alias.target_ranges.push_back(st.range(in));
+  }
+};
+template <>
+struct action<g::alias_decl> {
+  template <typename In>
+  static void apply(const In& in, State& st) {
+    st.alias.name = std::move(st.pending_name);
+    st.alias.name_range = st.pending_range;
+    st.alias.range = st.range(in);
+    push_statement(st, std::exchange(st.alias, {}));
+  }
+};
+
+template <>
 struct action<g::action_decl_name> : action<g::decl_name> {};
 template <>
 struct action<g::aparam_name> {
@@ -914,8 +943,8 @@ std::string describe_char(char c) {
 }
 
 bool starts_statement(std::string_view text, std::size_t pos) {
-  static constexpr std::string_view words[] = {"rule", "when", "use", "param", "let", "import",
-                                               "action"};
+  static constexpr std::string_view words[] = {"rule", "when", "use",    "param",
+                                               "let",  "import", "action", "alias"};
   for (auto w : words) {
     if (text.substr(pos, w.size()) == w &&
         (pos + w.size() == text.size() || !is_ident_char(text[pos + w.size()]))) {
@@ -948,7 +977,7 @@ std::string suggest_keyword(std::string_view text, std::uint32_t at, std::string
     return closest_match(word, {"do", "for", "after", "every", "cooldown", "severity", "in"});
   }
   if (message == g::error_message<g::statement>) {
-    return closest_match(word, {"rule", "when", "use", "param", "let", "import", "action"});
+    return closest_match(word, {"rule", "when", "use", "param", "let", "import", "action", "alias"});
   }
   return {};
 }

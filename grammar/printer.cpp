@@ -342,6 +342,14 @@ struct StatementPrinter {
     print_string(out, i.path);
     out += '\n';
   }
+  void operator()(const ast::AliasDecl& a) const {
+    out += "alias " + a.name + " =";
+    for (std::size_t i = 0; i < a.targets.size(); ++i) {
+      out += i == 0 ? " " : ", ";
+      out += '`' + a.targets[i] + '`';
+    }
+    out += '\n';
+  }
   void operator()(const ast::ActionDecl& a) const {
     out += "action " + a.name;
     if (!a.params.empty()) {

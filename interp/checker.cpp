@@ -106,6 +106,8 @@ class Checker {
       }
     }
     check_unused_templates();
+    for (const auto& [from, to] : options_.aliases) aliases_[from] = AliasDef{to, 0, {}};
+    for (const auto& [from, def] : aliases_) result.aliases.emplace_back(from, def.to);
     result.series_uses = std::move(series_uses_);
     return result;
   }
@@ -184,6 +186,8 @@ class Checker {
               }
             } else if constexpr (std::is_same_v<S, ast::UseDecl>) {
               if (rules) rules->push_back({&stmt, id});
+            } else if constexpr (std::is_same_v<S, ast::AliasDecl>) {
+              declare_alias(s, id);
             }
           },
           stmt);
@@ -224,6 +228,18 @@ class Checker {
     import_stack_.push_back(key);
     load(child, path.parent_path().string(), module, rules);
     import_stack_.pop_back();
+  }
+
+  void declare_alias(const ast::AliasDecl& s, std::uint32_t id) {
+    for (std::size_t i = 0; i < s.targets.size(); ++i) {
+      const auto& from = s.targets[i];
+      if (from == s.name) continue;  // reading a series as itself
+      auto [it, added] = aliases_.try_emplace(from, AliasDef{s.name, id, s.target_ranges[i]});
+      if (!added && it->second.to != s.name)
+        error("duplicate", id, s.target_ranges[i],
+              fmt::format("series '{}' is already an alias of '{}'", from, it->second.to), {},
+              {fmt::format("previous alias at {}", where(it->second.file, it->second.range))});
+    }
   }
 
   void declare_action(const ast::ActionDecl& s, std::uint32_t id) {
@@ -1067,6 +1083,12 @@ class Checker {
   Module user_, std_;
   std::vector<RuleStmt> user_rules_;
   std::map<std::string, ActionDef, std::less<>> actions_;
+  struct AliasDef {
+    std::string to;
+    std::uint32_t file;
+    SourceRange range;
+  };
+  std::map<std::string, AliasDef> aliases_;  // trace name -> rule name
   std::map<const Module*, std::unique_ptr<Scope>> module_scopes_;
   std::vector<std::unique_ptr<Scope>> template_scopes_;
   std::vector<std::string> import_stack_;

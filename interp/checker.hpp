@@ -28,6 +28,7 @@ struct CheckResult {
   std::vector<ir::Rule> rules;                // in program order
   std::map<std::string, Value> params;        // final param values
   std::vector<SeriesUse> series_uses;         // every series name read, where
+  std::vector<std::pair<std::string, std::string>> aliases;  // (trace name, rule name)
 };
 
 /// Checks `roots` as one program. Appends files to `sources` and problems to

@@ -342,6 +342,7 @@ struct Engine::Impl {
     std::string name;
     Labels labels;
     if (!parse_series_key(key, name, labels)) return std::nullopt;
+    name = std::string(program.resolve_alias(name));  // `alias loss = train/loss`
     std::string canonical = format_series_key(name, labels);
     if (auto it = series_ids.find(canonical); it != series_ids.end()) {
       series_ids.emplace(std::string(key), it->second);

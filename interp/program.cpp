@@ -1,4 +1,5 @@
 // compile_* entry points: text -> checked IR -> plan -> Program.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -15,6 +16,15 @@ const std::vector<SeriesUse>& Program::series_uses() const { return impl_->serie
 const SourceSet& Program::sources() const { return impl_->sources; }
 const std::map<std::string, Value>& Program::params() const { return impl_->params; }
 std::size_t Program::plan_size() const { return impl_->plan.nodes.size(); }
+const std::vector<std::pair<std::string, std::string>>& Program::aliases() const {
+  return impl_->aliases;
+}
+std::string_view Program::resolve_alias(std::string_view trace_name) const {
+  const auto& a = impl_->aliases;
+  auto it = std::lower_bound(a.begin(), a.end(), trace_name,
+                             [](const auto& entry, std::string_view n) { return entry.first < n; });
+  return it != a.end() && it->first == trace_name ? std::string_view(it->second) : trace_name;
+}
 
 std::string_view to_string(Severity s) {
   switch (s) {
@@ -87,6 +97,8 @@ CompileResult compile_roots(std::vector<interp::RootFile> roots, const CompileOp
   impl->plan = interp::make_plan(std::move(checked.rules));
   impl->series_uses = std::move(checked.series_uses);
   impl->params = std::move(checked.params);
+  impl->aliases = std::move(checked.aliases);
+  std::sort(impl->aliases.begin(), impl->aliases.end());
   impl->fingerprint = fingerprint(impl->plan);
   impl->sources = result.sources;
   result.program.emplace(std::move(impl));

@@ -19,6 +19,7 @@ struct ProgramImpl {
   std::vector<RuleInfo> rules;          // parallel to plan.rules
   std::vector<SeriesUse> series_uses;
   std::map<std::string, Value> params;
+  std::vector<std::pair<std::string, std::string>> aliases;  // (trace name, rule name), sorted
   /// Identifies the plan's shape; saved engine state only restores into an
   /// engine over a program with the same fingerprint.
   std::uint64_t fingerprint = 0;

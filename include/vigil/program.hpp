@@ -77,6 +77,11 @@ class Program {
   [[nodiscard]] const SourceSet& sources() const;
   /// Final values of the file's `param`s after overrides.
   [[nodiscard]] const std::map<std::string, Value>& params() const;
+  /// Series renamings: trace series named `first` are read as `second`
+  /// (from `alias` statements and CompileOptions::aliases).
+  [[nodiscard]] const std::vector<std::pair<std::string, std::string>>& aliases() const;
+  /// The name rules know a trace series by: its alias target, or itself.
+  [[nodiscard]] std::string_view resolve_alias(std::string_view trace_name) const;
   /// Number of nodes in the shared evaluation graph (after CSE and folding).
   [[nodiscard]] std::size_t plan_size() const;
 
@@ -90,6 +95,9 @@ class Program {
 struct CompileOptions {
   /// Overrides for `param` declarations; naming an undeclared param is an error.
   std::map<std::string, Value> params;
+  /// Extra series renamings, (trace name, rule name), e.g. from
+  /// `rulecheck --alias loss=train/loss`; they override `alias` statements.
+  std::vector<std::pair<std::string, std::string>> aliases;
   std::size_t max_errors = 50;
 };
 

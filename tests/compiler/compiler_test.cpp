@@ -293,3 +293,40 @@ TEST(HostMisuse, ExtremeStepNumbersDoNotOverflow) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Aliases, TraceSeriesAreReadUnderTheirAliasWithLabelsKept) {
+  auto r = vigil::compile_string(
+      "alias loss = `train/loss`, train_loss\n"
+      "alias grad_norm = `grad/norm`\n"
+      "when loss > 1 do log\n"
+      "when grad_norm{layer=\"fc\"} > 5 do log\n",
+      "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  EXPECT_EQ(r.program->resolve_alias("train/loss"), "loss");
+  EXPECT_EQ(r.program->resolve_alias("val_loss"), "val_loss");
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  EXPECT_EQ(e.observe(1, {{"train/loss", 2}}).size(), 1u);
+  EXPECT_EQ(e.observe(2, {{"train_loss", 0}}).size(), 0u);  // the same series: resets
+  EXPECT_EQ(e.observe(3, {{"loss", 3}}).size(), 1u);
+  auto fs = e.observe(4, {{"grad/norm{layer=\"fc\"}", 9}});
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_EQ(fs[0].labels->at(0).second, "fc");
+}
+
+TEST(Aliases, OptionsOverrideFileAliasesAndConflictsAreErrors) {
+  vigil::CompileOptions options;
+  options.aliases = {{"tl", "loss"}, {"train/loss", "other"}};
+  auto r = vigil::compile_string("alias loss = `train/loss`\nwhen loss > 1 do log", "t.rules", options);
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  EXPECT_EQ(r.program->resolve_alias("tl"), "loss");
+  EXPECT_EQ(r.program->resolve_alias("train/loss"), "other");
+  auto bad = vigil::compile_string("alias loss = x\nalias val_loss = x\n", "t.rules");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.format_diagnostics().find("series 'x' is already an alias of 'loss'"),
+            std::string::npos)
+      << bad.format_diagnostics();
+}
+
+}  // namespace

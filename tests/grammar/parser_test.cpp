@@ -78,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(
         ExprCase{"1 epoch", "1 epochs"}, ExprCase{"30s", "30s"}, ExprCase{"10m", "10m"},
         ExprCase{"2h", "2h"}, ExprCase{"n steps", "n steps"}, ExprCase{"x[10m]", "x[10m]"},
         ExprCase{"x[100 steps]", "x[100 steps]"}, ExprCase{"mean(loss[window])", "mean(loss[window])"},
-        ExprCase{"stepsize", "stepsize"}, ExprCase{"3 stepsize", "error: expected a statement (rule, when, use, param, let, import or action) @3"}));
+        ExprCase{"stepsize", "stepsize"}, ExprCase{"3 stepsize", "error: expected a statement (rule, when, use, param, let, import, action or alias) @3"}));
 
 INSTANTIATE_TEST_SUITE_P(
     SelectorsAndCalls, ExprTable,
@@ -296,8 +296,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"use std.", "expected template name after 'std.'", 1, 9},
         ErrorCase{"use t() as", "expected name after 'as'", 1, 11},
         ErrorCase{"action a(x)", "expected ':' and a type after parameter name", 1, 11},
-        ErrorCase{"x > 3", "expected a statement (rule, when, use, param, let, import or action)", 1, 1},
-        ErrorCase{"when x > 1 do log extra", "expected a statement (rule, when, use, param, let, import or action)", 1, 19},
+        ErrorCase{"x > 3", "expected a statement (rule, when, use, param, let, import, action or alias)", 1, 1},
+        ErrorCase{"when x > 1 do log extra", "expected a statement (rule, when, use, param, let, import, action or alias)", 1, 19},
         ErrorCase{"let a = `unterminated", "unterminated backtick name", 1, 9},
         ErrorCase{"let a = ``", "empty name in backticks", 1, 9},
         ErrorCase{"let a = f{x=~3}", "label matcher value must be a string", 1, 14},
@@ -345,3 +345,21 @@ TEST(Errors, StopsAtMaxErrors) {
 
 }  // namespace
 }  // namespace vigil::grammar
+
+namespace vigil {
+namespace {
+
+TEST(Statements, AliasDeclaration) {
+  auto p = grammar::test::parse_text("alias loss = `train/loss`, train_loss\n");
+  ASSERT_TRUE(p.result.ok()) << format_diagnostics(p.result.diagnostics, p.sources);
+  ASSERT_EQ(p.result.file.statements.size(), 1u);
+  const auto& a = std::get<ast::AliasDecl>(p.result.file.statements[0]);
+  EXPECT_EQ(a.name, "loss");
+  EXPECT_EQ(a.targets, (std::vector<std::string>{"train/loss", "train_loss"}));
+  ASSERT_EQ(a.target_ranges.size(), 2u);
+  EXPECT_EQ(a.target_ranges[0].begin, 13u);  // the opening backtick
+  EXPECT_EQ(a.target_ranges[1].begin, 27u);
+}
+
+}  // namespace
+}  // namespace vigil

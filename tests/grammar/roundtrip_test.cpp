@@ -155,7 +155,7 @@ ast::Clauses gen_clauses(bool rule) {
 }
 
 ast::Statement gen_statement() {
-  switch (*rc::gen::inRange(0, 7)) {
+  switch (*rc::gen::inRange(0, 8)) {
     case 0:
     case 1: {
       ast::RuleDecl r;
@@ -188,6 +188,13 @@ ast::Statement gen_statement() {
     case 3: return ast::ParamDecl{gen_ident(), {}, gen_expr(3), {}};
     case 4: return ast::LetDecl{gen_ident(), {}, gen_expr(3), {}};
     case 5: return ast::ImportDecl{gen_text(true), {}, {}};
+    case 6: {
+      ast::AliasDecl a;
+      a.name = gen_ident();
+      const int n = *rc::gen::inRange(1, 4);
+      for (int i = 0; i < n; ++i) a.targets.push_back("a/" + gen_text(false));
+      return a;
+    }
     default: {
       ast::ActionDecl a;
       a.name = gen_ident();

@@ -93,6 +93,11 @@ struct StatementDump {
   std::string operator()(const ast::ImportDecl& i) const {
     return fmt::format("(import {:?})", i.path);
   }
+  std::string operator()(const ast::AliasDecl& a) const {
+    std::string out = "(alias " + a.name;
+    for (const auto& t : a.targets) out += fmt::format(" {:?}", t);
+    return out + ")";
+  }
   std::string operator()(const ast::ActionDecl& a) const {
     std::string out = "(action " + a.name;
     for (const auto& p : a.params) {

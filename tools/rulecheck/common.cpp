@@ -126,7 +126,7 @@ void Replay::intern(const vigil::Observation& obs) {
       vigil::Labels labels;
       std::optional<vigil::SeriesId> id;
       if (vigil::parse_series_key(key, name, labels)) {
-        names_seen_.insert(name);
+        names_seen_.emplace(engine_.program().resolve_alias(name));  // as the rules name it
         id = engine_.series(key);
       }
       if (!id) print_err(fmt::format("{}: warning: malformed series key '{}' ignored\n", trace_, key));
