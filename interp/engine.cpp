@@ -7,6 +7,8 @@
 // are full, observe() does not allocate.
 #include <Eigen/Core>
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <fmt/format.h>
@@ -162,6 +164,21 @@ struct Column {
   }
 };
 
+/// A tensor series the host hands over: which stats rules read, the derived
+/// series they become, and the previous value when update stats are read.
+struct TensorSeries {
+  std::string name;
+  Labels labels;
+  StatMask mask = 0;
+  std::array<SeriesId, stat_count> derived{};  // where mask has the bit
+  bool has_prev = false;
+  DType prev_dtype = DType::float32;
+  std::vector<std::int64_t> prev_shape;
+  std::vector<std::byte> prev;  // packed row-major copy
+};
+
+constexpr StatMask update_stats = stat_bit(Stat::update_norm) | stat_bit(Stat::update_ratio);
+
 struct StatefulSlot {
   stdlib::DetectorState state;
   double out = nan;
@@ -262,7 +279,10 @@ struct Engine::Impl {
     using is_transparent = void;
     std::size_t operator()(std::string_view k) const { return std::hash<std::string_view>{}(k); }
   };
-  std::unordered_map<std::string, SeriesId, KeyHash, std::equal_to<>> series_ids;
+  std::unordered_map<std::string, SeriesId, KeyHash, std::equal_to<>> series_ids;  std::vector<TensorSeries> tensors;
+  std::unordered_map<std::string, TensorId, KeyHash, std::equal_to<>> tensor_ids;
+  std::vector<Sample> with_tensors;  // samples + derived stats of one observe
+
   std::vector<std::vector<SeriesId>> members;  // per plan selector
   std::optional<SeriesId> epoch_series;
 
@@ -351,6 +371,42 @@ struct Engine::Impl {
     SeriesId id = add_series(canonical, name, labels);
     if (canonical != key) series_ids.emplace(std::string(key), id);
     return id;
+  }
+
+  std::optional<TensorId> intern_tensor(std::string_view key) {
+    if (auto it = tensor_ids.find(key); it != tensor_ids.end()) return it->second;
+    TensorSeries t;
+    if (!parse_series_key(key, t.name, t.labels)) return std::nullopt;
+    for (std::size_t i = 0; i < stat_count; ++i) {
+      const auto stat = static_cast<Stat>(i);
+      const std::string derived = t.name + "_" + std::string(stat_name(stat));
+      const bool read = std::any_of(plan->selectors.begin(), plan->selectors.end(),
+                                    [&](const auto& sel) { return sel.selector.name == derived; });
+      if (!read) continue;
+      t.mask |= stat_bit(stat);
+      t.derived[i] = *intern_series(format_series_key(derived, t.labels));
+    }
+    const auto id = static_cast<TensorId>(tensors.size());
+    tensors.push_back(std::move(t));
+    tensor_ids.emplace(std::string(key), id);
+    return id;
+  }
+
+  /// Appends the derived stat samples of `ts` (only the stats rules read).
+  void derive(const TensorSample& ts) {
+    if (ts.tensor >= tensors.size()) return;  // not an id of this engine: ignored
+    TensorSeries& t = tensors[ts.tensor];
+    if (t.mask == 0) return;
+    const bool update = (t.mask & update_stats) != 0;
+    const TensorView prev{t.prev.data(), t.prev_dtype, t.prev_shape, {}};
+    const TensorStats stats = compute_stats(ts.view, update && t.has_prev ? &prev : nullptr);
+    for (std::size_t i = 0; i < stat_count; ++i)
+      if (t.mask & stat_bit(static_cast<Stat>(i))) with_tensors.push_back({t.derived[i], stats.values[i]});
+    if (update) {
+      t.has_prev = pack_tensor(ts.view, t.prev);
+      t.prev_dtype = ts.view.dtype;
+      t.prev_shape.assign(ts.view.shape.begin(), ts.view.shape.end());
+    }
   }
 
   std::uint16_t intern_mode(std::string_view m) {
@@ -955,7 +1011,7 @@ struct Engine::Impl {
 
   std::string save() const {
     Writer w;
-    w.out = "VIGILST1";
+    w.out = "VIGILST2";
     w.pod(program.impl().fingerprint);
     w.pod<std::uint64_t>(modes.size());
     for (std::size_t i = 0; i < modes.size(); ++i) {
@@ -976,6 +1032,14 @@ struct Engine::Impl {
         w.pod(s.hist.time[p]);
         w.pod(s.hist.mode[p]);
       }
+    }
+    w.pod<std::uint64_t>(tensors.size());
+    for (const auto& t : tensors) {
+      w.str(format_series_key(t.name, t.labels));
+      w.pod(t.has_prev);
+      w.pod(t.prev_dtype);
+      w.vec(t.prev_shape);
+      w.vec(t.prev);
     }
     w.pod(obs);
     w.pod(step);
@@ -999,14 +1063,21 @@ struct Engine::Impl {
     return std::move(w.out);
   }
 
+  /// Restores saved state into a fresh engine over the same program. The
+  /// host's series and tensor ids stay valid: the fresh engine first interns
+  /// this engine's keys in id order, then takes the saved state by key
+  /// (label-set ids are remapped the same way).
   void restore(std::string_view bytes) {
-    if (bytes.substr(0, 8) != "VIGILST1") throw Error("not a Vigil engine state");
+    if (bytes.substr(0, 8) != "VIGILST2") throw Error("not a Vigil engine state");
     Reader r{bytes.substr(8)};
     if (r.pod<std::uint64_t>() != program.impl().fingerprint)
       throw Error("engine state was saved by a different rule program");
     Impl fresh(program, options);
     fresh.callbacks = callbacks;
     fresh.bindings_checked = bindings_checked;
+    for (const auto& s : series) fresh.intern_series(format_series_key(s.name, *labelsets[s.labels]));
+    for (const auto& t : tensors) fresh.intern_tensor(format_series_key(t.name, t.labels));
+
     fresh.modes.clear();
     fresh.last_step_by_mode.clear();
     for (auto n = r.count(); n-- > 0;) {
@@ -1015,21 +1086,21 @@ struct Engine::Impl {
     }
     if (fresh.modes.size() < 2 || fresh.modes[0] != "train" || fresh.modes[1] != "eval")
       throw Error("engine state is corrupt (modes)");
-    auto nlabels = r.count();
-    for (std::uint64_t i = 0; i < nlabels; ++i) {
+    std::vector<std::uint32_t> label_map;  // saved label id -> fresh id
+    for (auto n = r.count(); n-- > 0;) {
       std::string name;
       Labels labels;
       if (!parse_series_key(r.str(), name, labels)) throw Error("engine state is corrupt (labels)");
-      if (fresh.intern_labels(labels) != i) throw Error("engine state is corrupt (label order)");
+      label_map.push_back(fresh.intern_labels(labels));
     }
     for (auto n = r.count(); n-- > 0;) {
-      auto key = r.str();
-      auto id = fresh.intern_series(key);
-      if (!id || *id != fresh.series.size() - 1) throw Error("engine state is corrupt (series)");
+      auto id = fresh.intern_series(r.str());
+      if (!id) throw Error("engine state is corrupt (series)");
       Series& s = fresh.series[*id];
       s.stamp = r.pod<std::uint64_t>();
       auto size = r.count(8);
-      s.hist.reserve(std::max<std::size_t>({s.hist.cap, static_cast<std::size_t>(size), 2}));
+      s.hist = History{};
+      s.hist.reserve(std::max<std::size_t>({s.need.count, static_cast<std::size_t>(size), 2}));
       for (std::uint64_t i = 0; i < size; ++i) {
         double v = r.pod<double>();
         auto st = r.pod<std::int64_t>();
@@ -1040,7 +1111,15 @@ struct Engine::Impl {
         if (m == 1) ++s.hist.evals;
       }
     }
-    if (fresh.labelsets.size() != nlabels) throw Error("engine state is corrupt (labels)");
+    for (auto n = r.count(); n-- > 0;) {
+      auto id = fresh.intern_tensor(r.str());
+      if (!id) throw Error("engine state is corrupt (tensors)");
+      TensorSeries& t = fresh.tensors[*id];
+      t.has_prev = r.pod<bool>();
+      t.prev_dtype = r.pod<DType>();
+      t.prev_shape = r.vec<std::int64_t>();
+      t.prev = r.vec<std::byte>();
+    }
     fresh.obs = r.pod<std::uint64_t>();
     fresh.step = r.pod<std::int64_t>();
     fresh.time = r.pod<double>();
@@ -1050,9 +1129,15 @@ struct Engine::Impl {
     fresh.last_time = r.pod<double>();
     fresh.mode = r.pod<std::uint16_t>();
     fresh.stats = r.pod<EngineStats>();
-    for (auto& sl : fresh.slots) sl = r.vec<StatefulSlot>();
+    // Per-label state, moved to the fresh label ids.
+    auto remap = [&](auto saved, auto& into) {
+      into.assign(fresh.labelsets.size(), {});
+      if (saved.size() > label_map.size()) throw Error("engine state is corrupt (label state)");
+      for (std::size_t i = 0; i < saved.size(); ++i) into[label_map[i]] = saved[i];
+    };
+    for (auto& sl : fresh.slots) remap(r.vec<StatefulSlot>(), sl);
     for (auto& rs : fresh.rules) {
-      rs.elems = r.vec<ElemState>();
+      remap(r.vec<ElemState>(), rs.elems);
       rs.opportunities = r.pod<std::uint64_t>();
       rs.every_index = r.pod<std::uint64_t>();
       rs.has_every = r.pod<bool>();
@@ -1107,6 +1192,21 @@ std::span<const Firing> Engine::observe(
   for (const auto& [key, v] : values)
     if (auto id = impl_->intern_series(key)) samples.push_back({*id, v});
   return impl_->observe(step, samples, options);
+}
+
+std::span<const Firing> Engine::observe(std::int64_t step, std::span<const Sample> samples,
+                                        std::span<const TensorSample> tensors,
+                                        const ObserveOptions& options) {
+  auto& buf = impl_->with_tensors;
+  buf.assign(samples.begin(), samples.end());
+  for (const auto& t : tensors) impl_->derive(t);
+  return impl_->observe(step, buf, options);
+}
+
+std::optional<TensorId> Engine::tensor(std::string_view key) { return impl_->intern_tensor(key); }
+
+StatMask Engine::tensor_stats_used(TensorId id) const {
+  return id < impl_->tensors.size() ? impl_->tensors[id].mask : 0;
 }
 
 std::string Engine::explain(const Firing& firing) const { return impl_->explain(firing); }

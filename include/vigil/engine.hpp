@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "vigil/program.hpp"
+#include "vigil/tensor.hpp"
 
 namespace vigil {
 
@@ -80,6 +81,16 @@ using SeriesId = std::uint32_t;
 struct Sample {
   SeriesId series;
   double value;
+};
+
+/// Interned tensor series handle (see Engine::tensor).
+using TensorId = std::uint32_t;
+
+/// A tensor observed at a step: its derived stat series (`T_norm{...}`, ...)
+/// get samples as if the host had computed them.
+struct TensorSample {
+  TensorId tensor;
+  TensorView view;
 };
 
 struct ObserveOptions {
@@ -131,6 +142,18 @@ class Engine {
   /// returns the firings (valid until the next observe/restore).
   std::span<const Firing> observe(std::int64_t step, std::span<const Sample> samples,
                                   const ObserveOptions& options = {});
+  /// With tensors: the stats that some rule reads (`grad_norm`, `grad_frac_nan`,
+  /// ... for tensor series `grad`) are computed, all of one tensor in a single
+  /// pass, and observed with the samples. Tensors no rule reads cost nothing.
+  std::span<const Firing> observe(std::int64_t step, std::span<const Sample> samples,
+                                  std::span<const TensorSample> tensors,
+                                  const ObserveOptions& options = {});
+
+  /// Interns a tensor series key (`grad{layer="fc1.weight"}`); nullopt if
+  /// malformed. Which stats it yields is decided here, from the program.
+  std::optional<TensorId> tensor(std::string_view key);
+  /// The stats of tensor series `id` that some rule reads.
+  [[nodiscard]] StatMask tensor_stats_used(TensorId id) const;
   /// Convenience form with keys; malformed keys are ignored (counted nowhere).
   std::span<const Firing> observe(std::int64_t step,
                                   std::initializer_list<std::pair<std::string_view, double>> values,

@@ -1,0 +1,70 @@
+// Tensor statistics (SPEC §1): plain tensor views in, scalar stats out.
+//
+// Rules never see tensors. A tensor series `T{labels}` handed to the engine
+// yields derived scalar series `T_<stat>{labels}` (`grad_norm{layer="fc1"}`)
+// for the stats some rule reads; all of one tensor's stats come from a single
+// pass over its memory, accumulated in double. The core takes views (pointer,
+// dtype, shape, strides) so it does not depend on any tensor library.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace vigil {
+
+enum class DType { float32, float64, float16, bfloat16 };
+
+/// A strided view of tensor memory. Strides are in elements (as torch's
+/// `stride()`); empty strides mean contiguous row-major. A 0-d tensor has an
+/// empty shape and one element. The memory must stay valid during the call
+/// that receives the view.
+struct TensorView {
+  const void* data = nullptr;
+  DType dtype = DType::float32;
+  std::span<const std::int64_t> shape;
+  std::span<const std::int64_t> strides;
+
+  [[nodiscard]] std::int64_t numel() const;
+  [[nodiscard]] bool contiguous() const;
+};
+
+/// The parameter-free stats, in the order of their bits in a StatMask.
+enum class Stat : std::uint8_t {
+  norm, sum, abs_sum, mean, abs_mean, var, std, min, max, abs_max,
+  frac_zero, frac_pos, frac_neg, frac_nan, frac_inf, nan_count, inf_count, numel,
+  update_norm, update_ratio,
+};
+inline constexpr std::size_t stat_count = 20;
+using StatMask = std::uint32_t;
+inline constexpr StatMask stat_bit(Stat s) { return StatMask{1} << static_cast<unsigned>(s); }
+
+/// `norm`, `abs_mean`, ... (the suffix of the derived series name).
+std::string_view stat_name(Stat s);
+/// The stat named by `suffix`, if any.
+bool parse_stat(std::string_view suffix, Stat& out);
+
+/// All stats of one tensor. `update_*` need the previous value of the same
+/// tensor series and are NaN without one.
+struct TensorStats {
+  double values[stat_count] = {};
+  [[nodiscard]] double operator[](Stat s) const { return values[static_cast<std::size_t>(s)]; }
+};
+
+/// Computes every stat of `t` in one pass (double accumulation; NaN and Inf
+/// are counted and propagate into sums as IEEE says; var/std are population
+/// statistics; min/max/abs_max are NaN if any element is NaN). If `previous`
+/// is given (same shape, any dtype/strides), also the update stats.
+/// Never throws; a view with a null pointer or a negative extent gives NaN
+/// stats and numel 0.
+TensorStats compute_stats(const TensorView& t, const TensorView* previous = nullptr);
+
+/// Copies the elements of `t` into `out` as a packed row-major array of the
+/// same dtype (reusing out's capacity). False (and `out` empty) for an
+/// invalid view.
+bool pack_tensor(const TensorView& t, std::vector<std::byte>& out);
+
+}  // namespace vigil

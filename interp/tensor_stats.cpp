@@ -1,0 +1,322 @@
+// Fused tensor statistics: one pass over a tensor's memory for every stat.
+//
+// The inner loop runs over contiguous runs of the innermost dimension with
+// branch-free accumulators (counts as 0/1 adds, min/max as selects) so the
+// compiler vectorises it; strided tensors are walked one innermost run at a
+// time. Accumulation is in double; the variance uses sums shifted by the
+// first element, which keeps it exact for constant tensors and accurate for
+// data far from zero.
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "vigil/tensor.hpp"
+
+namespace vigil {
+
+namespace {
+
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+constexpr double inf = std::numeric_limits<double>::infinity();
+
+constexpr std::array<std::string_view, stat_count> names = {
+    "norm",      "sum",       "abs_sum",   "mean",      "abs_mean",  "var",       "std",
+    "min",       "max",       "abs_max",   "frac_zero", "frac_pos",  "frac_neg",  "frac_nan",
+    "frac_inf",  "nan_count", "inf_count", "numel",     "update_norm", "update_ratio"};
+
+double half_to_double(std::uint16_t h) {
+  const std::uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, frac = h & 0x3ff;
+  double v;
+  if (exp == 0)
+    v = std::ldexp(static_cast<double>(frac), -24);  // zero and subnormals
+  else if (exp == 31)
+    v = frac ? nan : inf;
+  else
+    v = std::ldexp(static_cast<double>(frac | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+double bf16_to_double(std::uint16_t b) {
+  return static_cast<double>(std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16));
+}
+
+template <DType D>
+struct Element;
+template <>
+struct Element<DType::float32> {
+  using type = float;
+  static double get(const float* p) { return *p; }
+};
+template <>
+struct Element<DType::float64> {
+  using type = double;
+  static double get(const double* p) { return *p; }
+};
+template <>
+struct Element<DType::float16> {
+  using type = std::uint16_t;
+  static double get(const std::uint16_t* p) { return half_to_double(*p); }
+};
+template <>
+struct Element<DType::bfloat16> {
+  using type = std::uint16_t;
+  static double get(const std::uint16_t* p) { return bf16_to_double(*p); }
+};
+
+/// The single-pass accumulators.
+struct Acc {
+  double n = 0, sum = 0, abs_sum = 0, sumsq = 0;
+  bool shifted = false;
+  double shift = 0, s1 = 0, s2 = 0;  // sums of (x - shift), (x - shift)^2
+  double mn = inf, mx = -inf, amx = 0;
+  double zero = 0, pos = 0, neg = 0, nans = 0, infs = 0;
+
+  template <class Get, class T>
+  void run(const T* p, std::int64_t count, std::int64_t stride, Get get) {
+    if (count <= 0) return;
+    if (stride == 1)
+      loop<1>(p, count, 1, get);  // the common case, vectorised
+    else
+      loop<0>(p, count, stride, get);
+  }
+
+  template <int Unit, class Get, class T>
+  void loop(const T* p, std::int64_t count, std::int64_t stride, Get get) {
+    if (!shifted) {
+      // The first element, once for the whole tensor. A non-finite one makes
+      // the variance NaN anyway; 0 then keeps the sums meaningful.
+      shift = std::isfinite(get(p)) ? get(p) : 0;
+      shifted = true;
+    }
+    double l_sum = 0, l_abs = 0, l_sq = 0, l_s1 = 0, l_s2 = 0, l_mn = mn, l_mx = mx, l_amx = amx;
+    double l_zero = 0, l_pos = 0, l_neg = 0, l_nan = 0, l_inf = 0;
+    const double k = shift;
+    for (std::int64_t i = 0; i < count; ++i) {
+      const double x = get(p + (Unit ? i : i * stride));
+      const double a = std::abs(x), d = x - k;
+      l_sum += x;
+      l_abs += a;
+      l_sq += x * x;
+      l_s1 += d;
+      l_s2 += d * d;
+      l_mn = x < l_mn ? x : l_mn;
+      l_mx = x > l_mx ? x : l_mx;
+      l_amx = a > l_amx ? a : l_amx;
+      l_zero += x == 0;
+      l_pos += x > 0;
+      l_neg += x < 0;
+      l_nan += x != x;
+      l_inf += a == inf;
+    }
+    n += static_cast<double>(count);
+    sum += l_sum, abs_sum += l_abs, sumsq += l_sq, s1 += l_s1, s2 += l_s2;
+    mn = l_mn, mx = l_mx, amx = l_amx;
+    zero += l_zero, pos += l_pos, neg += l_neg, nans += l_nan, infs += l_inf;
+  }
+};
+
+/// Calls `run(offset_in_elements, count, stride)` for each innermost run of
+/// the view, in row-major order.
+template <class Run>
+void for_each_run(const TensorView& t, Run run) {
+  const auto rank = t.shape.size();
+  if (rank == 0) {
+    run(0, 1, 1);
+    return;
+  }
+  std::array<std::int64_t, 16> stride_buf{};
+  std::span<const std::int64_t> strides = t.strides;
+  if (strides.empty()) {  // contiguous row-major
+    std::int64_t s = 1;
+    for (std::size_t d = rank; d-- > 0;) {
+      stride_buf[d] = s;
+      s *= t.shape[d];
+    }
+    strides = std::span<const std::int64_t>(stride_buf.data(), rank);
+  }
+  if (t.numel() == 0) return;  // an empty extent anywhere: no elements at all
+  if (t.contiguous()) {
+    run(0, t.numel(), 1);
+    return;
+  }
+  std::array<std::int64_t, 16> index{};
+  const std::int64_t inner = t.shape[rank - 1], inner_stride = strides[rank - 1];
+  while (true) {
+    std::int64_t offset = 0;
+    for (std::size_t d = 0; d + 1 < rank; ++d) offset += index[d] * strides[d];
+    run(offset, inner, inner_stride);
+    std::size_t d = rank - 1;
+    while (d-- > 0) {
+      if (++index[d] < t.shape[d]) break;
+      index[d] = 0;
+    }
+    if (d == static_cast<std::size_t>(-1)) return;
+  }
+}
+
+bool valid(const TensorView& t) {
+  if (t.data == nullptr || t.shape.size() > 16) return false;
+  if (!t.strides.empty() && t.strides.size() != t.shape.size()) return false;
+  for (auto e : t.shape)
+    if (e < 0) return false;
+  return true;
+}
+
+template <DType D>
+void accumulate(const TensorView& t, Acc& acc) {
+  using E = Element<D>;
+  const auto* base = static_cast<const typename E::type*>(t.data);
+  for_each_run(t, [&](std::int64_t offset, std::int64_t count, std::int64_t stride) {
+    acc.run(base + offset, count, stride, [](const typename E::type* p) { return E::get(p); });
+  });
+}
+
+void accumulate_any(const TensorView& t, Acc& acc) {
+  switch (t.dtype) {
+    case DType::float32: accumulate<DType::float32>(t, acc); break;
+    case DType::float64: accumulate<DType::float64>(t, acc); break;
+    case DType::float16: accumulate<DType::float16>(t, acc); break;
+    case DType::bfloat16: accumulate<DType::bfloat16>(t, acc); break;
+  }
+}
+
+double element(const TensorView& t, std::int64_t offset) {
+  switch (t.dtype) {
+    case DType::float32: return static_cast<const float*>(t.data)[offset];
+    case DType::float64: return static_cast<const double*>(t.data)[offset];
+    case DType::float16: return half_to_double(static_cast<const std::uint16_t*>(t.data)[offset]);
+    case DType::bfloat16: return bf16_to_double(static_cast<const std::uint16_t*>(t.data)[offset]);
+  }
+  return nan;
+}
+
+/// Offsets of every element in row-major order, for walking two views of
+/// the same shape side by side (the update stats).
+template <class Visit>
+void for_each_offset(const TensorView& t, Visit visit) {
+  for_each_run(t, [&](std::int64_t offset, std::int64_t count, std::int64_t stride) {
+    for (std::int64_t i = 0; i < count; ++i) visit(offset + i * stride);
+  });
+}
+
+/// Memory offset of the i-th element (row-major) of a strided view.
+std::int64_t offset_of(const TensorView& t, std::int64_t i) {
+  std::int64_t offset = 0;
+  for (std::size_t d = t.shape.size(); d-- > 0;) {
+    const std::int64_t extent = std::max<std::int64_t>(t.shape[d], 1);
+    offset += (i % extent) * t.strides[d];
+    i /= extent;
+  }
+  return offset;
+}
+
+}  // namespace
+
+std::int64_t TensorView::numel() const {
+  std::int64_t n = 1;
+  for (auto e : shape) n *= e;
+  return n;
+}
+
+bool TensorView::contiguous() const {
+  if (strides.empty()) return true;
+  std::int64_t expect = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] != 1 && strides[d] != expect) return false;
+    expect *= shape[d];
+  }
+  return true;
+}
+
+bool pack_tensor(const TensorView& t, std::vector<std::byte>& out) {
+  out.clear();
+  if (!valid(t)) return false;
+  const std::size_t size = t.dtype == DType::float64   ? 8
+                           : t.dtype == DType::float32 ? 4
+                                                       : 2;
+  out.resize(static_cast<std::size_t>(t.numel()) * size);
+  std::byte* dst = out.data();
+  const auto* src = static_cast<const std::byte*>(t.data);
+  for_each_run(t, [&](std::int64_t offset, std::int64_t count, std::int64_t stride) {
+    if (stride == 1) {
+      std::memcpy(dst, src + offset * static_cast<std::int64_t>(size), static_cast<std::size_t>(count) * size);
+      dst += static_cast<std::size_t>(count) * size;
+      return;
+    }
+    for (std::int64_t i = 0; i < count; ++i, dst += size)
+      std::memcpy(dst, src + (offset + i * stride) * static_cast<std::int64_t>(size), size);
+  });
+  return true;
+}
+
+std::string_view stat_name(Stat s) { return names[static_cast<std::size_t>(s)]; }
+
+bool parse_stat(std::string_view suffix, Stat& out) {
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (names[i] == suffix) {
+      out = static_cast<Stat>(i);
+      return true;
+    }
+  return false;
+}
+
+TensorStats compute_stats(const TensorView& t, const TensorView* previous) {
+  TensorStats out;
+  auto set = [&](Stat s, double v) { out.values[static_cast<std::size_t>(s)] = v; };
+  std::fill(std::begin(out.values), std::end(out.values), nan);
+  if (!valid(t)) {
+    set(Stat::numel, 0);
+    return out;
+  }
+  Acc a;
+  accumulate_any(t, a);
+  const double n = a.n;
+  set(Stat::numel, n);
+  set(Stat::nan_count, a.nans);
+  set(Stat::inf_count, a.infs);
+  if (n == 0) return out;  // empty tensor: counts are 0, the rest undefined (NaN)
+  const bool has_nan = a.nans > 0;
+  set(Stat::norm, std::sqrt(a.sumsq));
+  set(Stat::sum, a.sum);
+  set(Stat::abs_sum, a.abs_sum);
+  set(Stat::mean, a.sum / n);
+  set(Stat::abs_mean, a.abs_sum / n);
+  // Shifted sums: var = (s2 - s1^2/n) / n, clamped at 0 against rounding.
+  double var = a.nans + a.infs > 0 ? nan : std::max(0.0, (a.s2 - a.s1 * a.s1 / n) / n);
+  set(Stat::var, var);
+  set(Stat::std, std::sqrt(var));
+  set(Stat::min, has_nan ? nan : a.mn);
+  set(Stat::max, has_nan ? nan : a.mx);
+  set(Stat::abs_max, has_nan ? nan : a.amx);
+  set(Stat::frac_zero, a.zero / n);
+  set(Stat::frac_pos, a.pos / n);
+  set(Stat::frac_neg, a.neg / n);
+  set(Stat::frac_nan, a.nans / n);
+  set(Stat::frac_inf, a.infs / n);
+  if (previous != nullptr && valid(*previous) && previous->shape.size() == t.shape.size() &&
+      std::equal(t.shape.begin(), t.shape.end(), previous->shape.begin())) {
+    // Walk both in row-major order: element i of `t` against element i of
+    // `previous` (the engine keeps previous copies packed, so that side is
+    // usually a plain index).
+    // long double: squares of tiny (denormal) differences underflow in
+    // double, and the ratio of two underflowed sums would be 0/0.
+    long double diff_sq = 0, prev_sq = 0;
+    std::int64_t i = 0;
+    const bool packed = previous->contiguous();
+    for_each_offset(t, [&](std::int64_t offset) {
+      const double p = element(*previous, packed ? i : offset_of(*previous, i));
+      const long double d = static_cast<long double>(element(t, offset)) - p;
+      diff_sq += d * d;
+      prev_sq += static_cast<long double>(p) * p;
+      ++i;
+    });
+    set(Stat::update_norm, static_cast<double>(std::sqrt(diff_sq)));
+    set(Stat::update_ratio, static_cast<double>(std::sqrt(diff_sq) / std::sqrt(prev_sq)));
+  }
+  return out;
+}
+
+}  // namespace vigil
