@@ -66,8 +66,11 @@ struct Element<DType::bfloat16> {
   static double get(const std::uint16_t* p) { return bf16_to_double(*p); }
 };
 
-/// The single-pass accumulators.
+/// The single-pass accumulators. Elements are converted to double a block
+/// at a time into a small buffer that stays in L1 cache, then every stat of
+/// the block is accumulated in one loop over it.
 struct Acc {
+  static constexpr std::int64_t block = 1024;
   double n = 0, sum = 0, abs_sum = 0, sumsq = 0;
   bool shifted = false;
   double shift = 0, s1 = 0, s2 = 0;  // sums of (x - shift), (x - shift)^2
@@ -76,45 +79,70 @@ struct Acc {
 
   template <class Get, class T>
   void run(const T* p, std::int64_t count, std::int64_t stride, Get get) {
-    if (count <= 0) return;
-    if (stride == 1)
-      loop<1>(p, count, 1, get);  // the common case, vectorised
-    else
-      loop<0>(p, count, stride, get);
+    alignas(64) double buf[block];
+    for (std::int64_t start = 0; start < count; start += block) {
+      const std::int64_t m = std::min(block, count - start);
+      const T* q = p + start * stride;
+      if (stride == 1)
+        for (std::int64_t i = 0; i < m; ++i) buf[i] = get(q + i);
+      else
+        for (std::int64_t i = 0; i < m; ++i) buf[i] = get(q + i * stride);
+      reduce(buf, m);
+    }
   }
 
-  template <int Unit, class Get, class T>
-  void loop(const T* p, std::int64_t count, std::int64_t stride, Get get) {
+  // Compiled twice, for AVX2 and for the baseline ISA; the loader picks the
+  // one the CPU runs (GCC function multi-versioning).
+  __attribute__((target_clones("avx2", "default"))) void reduce(const double* buf,
+                                                                 std::int64_t m) {
     if (!shifted) {
       // The first element, once for the whole tensor. A non-finite one makes
       // the variance NaN anyway; 0 then keeps the sums meaningful.
-      shift = std::isfinite(get(p)) ? get(p) : 0;
+      shift = std::isfinite(buf[0]) ? buf[0] : 0;
       shifted = true;
     }
-    double l_sum = 0, l_abs = 0, l_sq = 0, l_s1 = 0, l_s2 = 0, l_mn = mn, l_mx = mx, l_amx = amx;
-    double l_zero = 0, l_pos = 0, l_neg = 0, l_nan = 0, l_inf = 0;
+    // Every stat in one loop over the block, in `lanes` independent
+    // partial accumulators: the lanes map onto SIMD registers (the compiler
+    // may not reorder one floating-point chain, but it may run eight).
+    constexpr int lanes = 8;
+    double l_sum[lanes] = {}, l_abs[lanes] = {}, l_sq[lanes] = {}, l_s1[lanes] = {}, l_s2[lanes] = {};
+    double l_mn[lanes], l_mx[lanes], l_amx[lanes] = {};
+    double l_zero[lanes] = {}, l_pos[lanes] = {}, l_neg[lanes] = {}, l_nan[lanes] = {}, l_inf[lanes] = {};
+    for (int j = 0; j < lanes; ++j) l_mn[j] = inf, l_mx[j] = -inf;
     const double k = shift;
-    for (std::int64_t i = 0; i < count; ++i) {
-      const double x = get(p + (Unit ? i : i * stride));
-      const double a = std::abs(x), d = x - k;
-      l_sum += x;
-      l_abs += a;
-      l_sq += x * x;
-      l_s1 += d;
-      l_s2 += d * d;
-      l_mn = x < l_mn ? x : l_mn;
-      l_mx = x > l_mx ? x : l_mx;
-      l_amx = a > l_amx ? a : l_amx;
-      l_zero += x == 0;
-      l_pos += x > 0;
-      l_neg += x < 0;
-      l_nan += x != x;
-      l_inf += a == inf;
+    const std::int64_t full = m / lanes * lanes;
+    for (std::int64_t i = 0; i < full; i += lanes) {
+      for (int j = 0; j < lanes; ++j) {
+        const double x = buf[i + j], a = std::abs(x), d = x - k;
+        l_sum[j] += x;
+        l_abs[j] += a;
+        l_sq[j] += x * x;
+        l_s1[j] += d;
+        l_s2[j] += d * d;
+        l_mn[j] = x < l_mn[j] ? x : l_mn[j];
+        l_mx[j] = x > l_mx[j] ? x : l_mx[j];
+        l_amx[j] = a > l_amx[j] ? a : l_amx[j];
+        l_zero[j] += x == 0 ? 1.0 : 0.0;
+        l_pos[j] += x > 0 ? 1.0 : 0.0;
+        l_neg[j] += x < 0 ? 1.0 : 0.0;
+        l_nan[j] += x != x ? 1.0 : 0.0;
+        l_inf[j] += a == inf ? 1.0 : 0.0;
+      }
     }
-    n += static_cast<double>(count);
-    sum += l_sum, abs_sum += l_abs, sumsq += l_sq, s1 += l_s1, s2 += l_s2;
-    mn = l_mn, mx = l_mx, amx = l_amx;
-    zero += l_zero, pos += l_pos, neg += l_neg, nans += l_nan, infs += l_inf;
+    for (std::int64_t i = full; i < m; ++i) {  // the tail, into lane 0
+      const double x = buf[i], a = std::abs(x), d = x - k;
+      l_sum[0] += x, l_abs[0] += a, l_sq[0] += x * x, l_s1[0] += d, l_s2[0] += d * d;
+      l_mn[0] = x < l_mn[0] ? x : l_mn[0];
+      l_mx[0] = x > l_mx[0] ? x : l_mx[0];
+      l_amx[0] = a > l_amx[0] ? a : l_amx[0];
+      l_zero[0] += x == 0, l_pos[0] += x > 0, l_neg[0] += x < 0, l_nan[0] += x != x, l_inf[0] += a == inf;
+    }
+    for (int j = 0; j < lanes; ++j) {
+      sum += l_sum[j], abs_sum += l_abs[j], sumsq += l_sq[j], s1 += l_s1[j], s2 += l_s2[j];
+      mn = std::min(mn, l_mn[j]), mx = std::max(mx, l_mx[j]), amx = std::max(amx, l_amx[j]);
+      zero += l_zero[j], pos += l_pos[j], neg += l_neg[j], nans += l_nan[j], infs += l_inf[j];
+    }
+    n += static_cast<double>(m);
   }
 };
 

@@ -4,4 +4,5 @@
 #include "vigil/diagnostic.hpp"
 #include "vigil/engine.hpp"
 #include "vigil/program.hpp"
+#include "vigil/tensor.hpp"
 #include "vigil/trace.hpp"
