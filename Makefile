@@ -22,7 +22,8 @@ ASAN_BUILD_TYPE ?= Debug
 
 PACKAGES := build-essential cmake ninja-build ccache pkg-config tao-pegtl-dev libeigen3-dev \
             libfmt-dev libgtest-dev libgmock-dev librapidcheck-dev libre2-dev libcli11-dev \
-            nlohmann-json3-dev libbenchmark-dev clang libclang-rt-14-dev
+            nlohmann-json3-dev libbenchmark-dev clang libclang-rt-14-dev \
+            libprotobuf-dev protobuf-compiler
 
 RULECHECK := $(BUILD)/tools/rulecheck/rulecheck
 DEMO_RULES := examples/demo.rules

@@ -31,71 +31,10 @@ namespace {
 
 using nlohmann::json;
 
-bool is_word_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.';
-}
-
-// Python's json module writes non-finite floats as bare NaN / Infinity /
-// -Infinity, which strict JSON (and nlohmann) rejects. Outside string
-// literals, such whole tokens are rewritten to the quoted strings the format
-// already accepts. `shifts` records, per rewrite, the offset in the output
-// after which positions are 2 bytes further right than in the input, so
-// parse errors can still point into the original line.
-bool quote_bare_non_finite(std::string_view in, std::string& out, std::vector<std::size_t>& shifts) {
-  static constexpr std::string_view tokens[] = {"-Infinity", "Infinity", "NaN"};
-  bool changed = false;
-  bool in_string = false;
-  out.clear();
-  shifts.clear();
-  for (std::size_t i = 0; i < in.size();) {
-    const char c = in[i];
-    if (in_string) {
-      out += c;
-      if (c == '\\' && i + 1 < in.size()) {
-        out += in[i + 1];
-        i += 2;
-        continue;
-      }
-      if (c == '"') in_string = false;
-      ++i;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-      out += c;
-      ++i;
-      continue;
-    }
-    bool replaced = false;
-    if ((c == '-' || c == 'I' || c == 'N') && (i == 0 || !is_word_char(in[i - 1]))) {
-      for (std::string_view token : tokens) {
-        if (in.substr(i, token.size()) != token) continue;
-        const std::size_t end = i + token.size();
-        if (end < in.size() && is_word_char(in[end])) continue;
-        out += '"';
-        out += token;
-        out += '"';
-        shifts.push_back(out.size());
-        i = end;
-        replaced = changed = true;
-        break;
-      }
-    }
-    if (!replaced) {
-      out += c;
-      ++i;
-    }
-  }
-  return changed;
-}
-
-// Maps a byte position in the rewritten line back to the original line.
-std::size_t original_position(std::size_t pos, const std::vector<std::size_t>& shifts) {
-  std::size_t shift = 0;
-  for (std::size_t s : shifts)
-    if (s <= pos) shift += 2;
-  return pos >= shift ? pos - shift : 0;
-}
+// Bare NaN / Infinity tokens (Python's json) are quoted before parsing; the
+// helpers are shared with the trainer_state.json reader (trace/io.hpp).
+using trace_io::original_position;
+using trace_io::quote_bare_non_finite;
 
 // A sample value: a JSON number, or one of the three non-finite spellings.
 // null means "no sample"; returns false for anything else.
@@ -152,15 +91,31 @@ std::string short_json_error(const json::exception& e) {
 
 class JsonlReader final : public TraceReader {
  public:
-  JsonlReader(std::string path, std::ifstream in, std::uint64_t size)
-      : path_(std::move(path)), in_(std::move(in)), size_(size) {}
+  JsonlReader(std::string path, std::ifstream in, std::uint64_t size, bool follow)
+      : path_(std::move(path)), in_(std::move(in)), size_(size), follow_(follow) {}
 
   bool next(Observation& out) override {
     if (error_) return false;
+    // Following: the end of an earlier call was only the end of what had been
+    // written by then; clearing eof lets getline see what was appended since.
+    if (follow_) in_.clear();
     while (std::getline(in_, line_)) {
-      const std::uint64_t line_start = consumed_;
       const bool had_newline = !in_.eof();
+      if (follow_) {
+        // A last line without its newline is still being written: keep its
+        // bytes (getline consumed them) until the rest arrives.
+        if (!had_newline) {
+          partial_ += line_;
+          break;
+        }
+        if (!partial_.empty()) {
+          line_.insert(0, partial_);
+          partial_.clear();
+        }
+      }
+      const std::uint64_t line_start = consumed_;
       consumed_ += line_.size() + (had_newline ? 1 : 0);
+      if (consumed_ > size_) size_ = consumed_;  // grown since the last look (follow)
       ++line_no_;
       std::string_view text = line_;
       if (line_no_ == 1 && text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // UTF-8 BOM
@@ -168,7 +123,13 @@ class JsonlReader final : public TraceReader {
       if (text.find_first_not_of(" \t\r\f\v") == std::string_view::npos) continue;
       return parse_line(text, line_start, out);
     }
-    if (in_.bad()) fail(consumed_, fmt::format("read error: {}", std::strerror(errno)));
+    if (in_.bad()) return fail(consumed_, fmt::format("read error: {}", std::strerror(errno)));
+    if (follow_) {
+      // The file grows while it is followed: keep size() current for progress.
+      std::error_code ec;
+      const auto now = std::filesystem::file_size(path_, ec);
+      if (!ec) size_ = static_cast<std::uint64_t>(now);
+    }
     return false;
   }
 
@@ -239,6 +200,8 @@ class JsonlReader final : public TraceReader {
   std::string path_;
   std::ifstream in_;
   std::uint64_t size_ = 0;
+  bool follow_ = false;
+  std::string partial_;  // following: bytes of a last line whose newline has not arrived yet
   std::uint64_t consumed_ = 0;
   std::uint64_t line_no_ = 0;
   std::string line_;
@@ -249,11 +212,11 @@ class JsonlReader final : public TraceReader {
 }  // namespace
 
 std::unique_ptr<TraceReader> open_jsonl(const std::string& path, TraceError& error,
-                                        const TraceOptions& /*options*/) {
+                                        const TraceOptions& options) {
   std::ifstream in;
   std::uint64_t size = 0;
   if (!trace_io::open_file(path, in, size, error)) return nullptr;
-  return std::make_unique<JsonlReader>(path, std::move(in), size);
+  return std::make_unique<JsonlReader>(path, std::move(in), size, options.follow);
 }
 
 std::string to_jsonl(const Observation& obs) {

@@ -36,6 +36,68 @@ std::string head(const std::string& path, std::size_t n) {
   return out;
 }
 
+namespace {
+bool is_word_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.';
+}
+}  // namespace
+
+bool quote_bare_non_finite(std::string_view in, std::string& out, std::vector<std::size_t>& shifts) {
+  static constexpr std::string_view tokens[] = {"-Infinity", "Infinity", "NaN"};
+  bool changed = false;
+  bool in_string = false;
+  out.clear();
+  shifts.clear();
+  for (std::size_t i = 0; i < in.size();) {
+    const char c = in[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < in.size()) {
+        out += in[i + 1];
+        i += 2;
+        continue;
+      }
+      if (c == '"') in_string = false;
+      ++i;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      out += c;
+      ++i;
+      continue;
+    }
+    bool replaced = false;
+    if ((c == '-' || c == 'I' || c == 'N') && (i == 0 || !is_word_char(in[i - 1]))) {
+      for (std::string_view token : tokens) {
+        if (in.substr(i, token.size()) != token) continue;
+        const std::size_t end = i + token.size();
+        if (end < in.size() && is_word_char(in[end])) continue;
+        out += '"';
+        out += token;
+        out += '"';
+        shifts.push_back(out.size());
+        i = end;
+        replaced = changed = true;
+        break;
+      }
+    }
+    if (!replaced) {
+      out += c;
+      ++i;
+    }
+  }
+  return changed;
+}
+
+std::size_t original_position(std::size_t pos, const std::vector<std::size_t>& shifts) {
+  // shifts is increasing: count the rewrites that end at or before pos.
+  const auto n = static_cast<std::size_t>(
+      std::upper_bound(shifts.begin(), shifts.end(), pos) - shifts.begin());
+  const std::size_t shift = 2 * n;
+  return pos >= shift ? pos - shift : 0;
+}
+
 }  // namespace trace_io
 
 std::string_view to_string(TraceFormat f) {
@@ -83,26 +145,53 @@ std::optional<TraceFormat> detect_trace_format(const std::string& path, TraceErr
     if (text.find("\"log_history\"") != std::string_view::npos) return TraceFormat::hf_trainer_state;
     return TraceFormat::jsonl;
   }
-  // CSV: a printable header line with commas, and (if there is one) a
-  // second line with as many fields; rule text with a comma in a comment is not.
-  auto lines = text.substr(first);
-  auto take_line = [&]() {
-    const auto eol = lines.find('\n');
-    std::string_view line = lines.substr(0, eol);
-    lines = eol == std::string_view::npos ? std::string_view{} : lines.substr(eol + 1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    return line;
+  // CSV: a printable header record with commas, and (if there is one) a
+  // second record with as many fields; rule text with a comma in a comment is
+  // not. Fields are counted outside double quotes (RFC 4180: quoted fields may
+  // hold commas and newlines). A header naming a step column is CSV whatever
+  // the next row holds, so a damaged first row gets the reader's positioned
+  // error rather than "unknown format".
+  auto rest = text.substr(first);
+  struct Record {
+    std::size_t fields = 1;
+    bool printable = true;
+    bool step_name = false;  // one of the step column names, unquoted or quoted
+    bool empty = true;
   };
-  const std::string_view header = take_line();
-  const bool printable = std::all_of(header.begin(), header.end(), [](char c) {
-    return c == '\t' || static_cast<unsigned char>(c) >= 0x20;
-  });
-  const auto commas = std::count(header.begin(), header.end(), ',');
-  if (printable && commas > 0 && header[0] != '#') {
-    std::string_view row;
-    while (!lines.empty() && (row = take_line()).empty()) {
+  auto take_record = [&rest]() {
+    Record r;
+    bool quoted = false;
+    std::size_t field_start = 0, i = 0;
+    auto end_field = [&](std::size_t end) {
+      std::string_view f = rest.substr(field_start, end - field_start);
+      if (!f.empty() && f.back() == '\r') f.remove_suffix(1);
+      if (f.size() >= 2 && f.front() == '"' && f.back() == '"') f = f.substr(1, f.size() - 2);
+      r.step_name = r.step_name || f == "step" || f == "global_step" || f == "iteration" ||
+                    f == "epoch";
+    };
+    for (; i < rest.size(); ++i) {
+      const char c = rest[i];
+      if (c == '"') quoted = !quoted;
+      else if (c == ',' && !quoted) {
+        end_field(i);
+        field_start = i + 1;
+        ++r.fields;
+      } else if (c == '\n' && !quoted) break;
+      else if (c != '\t' && c != '\r' && c != '\n' && static_cast<unsigned char>(c) < 0x20)
+        r.printable = false;
+      if (c != '\r') r.empty = false;
     }
-    if (row.empty() || std::count(row.begin(), row.end(), ',') == commas) return TraceFormat::csv;
+    end_field(i);
+    rest = i < rest.size() ? rest.substr(i + 1) : std::string_view{};
+    return r;
+  };
+  const Record header = take_record();
+  if (header.printable && header.fields > 1 && text[first] != '#') {
+    if (header.step_name) return TraceFormat::csv;
+    Record row;
+    while (!rest.empty() && (row = take_record()).empty) {
+    }
+    if (row.empty || row.fields == header.fields) return TraceFormat::csv;
   }
   error = TraceError{path, 0, 0,
                      "unknown trace format (expected Vigil JSONL, TensorBoard event files, CSV "

@@ -43,6 +43,10 @@ class TraceReader {
   /// Bytes consumed so far and total size (for progress); total 0 if unknown.
   [[nodiscard]] virtual std::uint64_t position() const = 0;
   [[nodiscard]] virtual std::uint64_t size() const = 0;
+  /// How the reader understood its input, for verbose output, e.g. "wide
+  /// CSV, step column 'epoch', 2 train and 2 eval series"; empty if there is
+  /// nothing to say.
+  [[nodiscard]] virtual std::string describe() const { return {}; }
 
  protected:
   std::optional<TraceError> error_;
@@ -78,10 +82,46 @@ std::unique_ptr<TraceReader> open_jsonl(const std::string& path, TraceError& err
                                         const TraceOptions& options = {});
 
 /// TensorBoard event files: one `events.out.tfevents.*` file, or a directory
-/// searched recursively (files merged in step order per run). Scalars from
-/// `simple_value` and scalar tensor summaries; the tag is the series name.
+/// searched recursively for files whose name contains `tfevents` (records of
+/// all files merged in (step, wall time) order, stable). Scalars from
+/// `simple_value` and scalar tensor summaries; the tag is the series name and
+/// the mode is "eval" for eval-looking tags (`eval/`, `val_`, ...; see
+/// docs/traces.md). Damage in a file stops that file; its error is reported
+/// after every good record of all files has been returned. In follow mode
+/// records are handed out as they are completed, files re-scanned each time
+/// next() runs dry.
 std::unique_ptr<TraceReader> open_tensorboard(const std::string& path, TraceError& error,
                                               const TraceOptions& options = {});
+
+/// Writes observations as a TensorBoard event file that open_tensorboard (and
+/// TensorBoard itself) reads back: a `file_version` record, then one Event per
+/// observation (step, wall time, one `simple_value` per series; values are
+/// stored as float, as TensorBoard's scalars are). The mode is not part of the
+/// format: name eval series so that the reader maps them back (`eval/loss`,
+/// `val_loss`; see docs/traces.md).
+///   vigil::TraceError err;
+///   auto w = vigil::TensorBoardWriter::create("run/events.out.tfevents.1.host", err);
+///   w->write({.step = 10, .values = {{"train/loss", 0.5}}});
+/// Not thread-safe; writes are buffered until flush() or destruction.
+class TensorBoardWriter {
+ public:
+  /// Creates or truncates `path`. Null with `error` set if it cannot be opened.
+  static std::unique_ptr<TensorBoardWriter> create(const std::string& path, TraceError& error);
+  ~TensorBoardWriter();
+  TensorBoardWriter(const TensorBoardWriter&) = delete;
+  TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
+  /// Appends one Event (no record if `obs` has no values). False once a
+  /// write has failed (see error()).
+  bool write(const Observation& obs);
+  /// Hands buffered records to the OS, so a follower sees them.
+  bool flush();
+  [[nodiscard]] const std::optional<TraceError>& error() const;
+
+ private:
+  struct Impl;
+  explicit TensorBoardWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 /// CSV, wide (a step column and one column per series; empty cell = no
 /// sample) or long (`tag,step,value[,wall_time]`); Lightning `metrics.csv`

@@ -17,9 +17,38 @@ struct RunOptions {
   bool explain = false;
   std::int64_t from = std::numeric_limits<std::int64_t>::min();
   std::int64_t to = std::numeric_limits<std::int64_t>::max();
+  /// A damaged trace is a warning, not exit status 2 (its valid prefix still counts).
+  bool keep_going = false;
+  std::string step_column;           // CSV step column (TraceOptions::step_column)
+  std::vector<std::string> aliases;  // `NEW=OLD`: trace series OLD read as NEW
+};
+
+/// `rulecheck watch`: follow one growing trace.
+struct WatchOptions {
+  std::vector<std::string> rules;
+  std::string trace;
+  std::string exec;          // shell command run for each firing; empty: none
+  double exec_timeout = 30;  // seconds before the command is killed
+  int poll_ms = 500;
+  double timeout = 0;        // seconds; 0: until a signal or the trace is deleted
+  bool from_end = false;     // existing content builds rule state; only new firings reported
+  std::string format = "text";
+  std::vector<std::string> params;
+  bool explain = false;
+  std::string step_column;
+  std::vector<std::string> aliases;
+};
+
+/// `rulecheck test`: rule unit tests in .rtest files (docs/rtest.md).
+struct TestOptions {
+  std::vector<std::string> files;
+  bool strict = false;  // every firing must be expected, in every test
 };
 
 int run_check(const std::vector<std::string>& rules);
 int run_run(const RunOptions& opts);
+/// Exit status 0 all tests passed, 1 a test failed, 2 a file error.
+int run_test(const TestOptions& opts);
+int run_watch(const WatchOptions& opts);
 
 }  // namespace rulecheck

@@ -32,6 +32,24 @@ bool parse_params(const std::vector<std::string>& raw, std::map<std::string, vig
   return true;
 }
 
+bool parse_aliases(const std::vector<std::string>& raw,
+                   std::vector<std::pair<std::string, std::string>>& out) {
+  for (const auto& item : raw) {
+    const auto eq = item.find('=');
+    // Both sides are bare series names: labels are kept, never renamed.
+    const bool ok = eq != std::string::npos && eq > 0 && eq + 1 < item.size() &&
+                    item.find_first_of("{}") == std::string::npos;
+    if (!ok) {
+      print_err(fmt::format("rulecheck: --alias expects NEW=OLD (two series names), got '{}'\n",
+                            item));
+      return false;
+    }
+    std::string name = item.substr(0, eq), old_name = item.substr(eq + 1);
+    out.emplace_back(std::move(old_name), std::move(name));
+  }
+  return true;
+}
+
 namespace {
 
 // Non-finite numbers as the trace format spells them (JSON has no NaN).

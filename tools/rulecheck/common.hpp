@@ -32,6 +32,11 @@ std::optional<vigil::Program> compile(const std::vector<std::string>& paths,
 /// `--param k=v` values; false (and a message) on a malformed one.
 bool parse_params(const std::vector<std::string>& raw, std::map<std::string, vigil::Value>& out);
 
+/// `--alias NEW=OLD` values as CompileOptions::aliases entries (OLD, NEW):
+/// trace series OLD are read as NEW. False (and a message) on a malformed one.
+bool parse_aliases(const std::vector<std::string>& raw,
+                   std::vector<std::pair<std::string, std::string>>& out);
+
 /// One firing as a text line (plus the engine's explanation, indented).
 void print_firing_text(const vigil::Firing& f, const vigil::Engine& engine, bool explain,
                        std::string& out);

@@ -1,8 +1,11 @@
 // rulecheck: check rule files and dry-run them over recorded traces (SPEC §5).
 //
 //   rulecheck check RULES...
+//   rulecheck test TESTFILES... [--strict]
 //   rulecheck run RULES... --trace PATH... [--format text|json] [--param k=v]...
-//                 [--explain] [--from STEP] [--to STEP]
+//                 [--explain] [--from STEP] [--to STEP] [--keep-going]
+//                 [--step-column NAME] [--alias NEW=OLD]...
+//   rulecheck watch RULES... --trace PATH [--exec CMD] [--poll MS] [--timeout S] ...
 //
 // Exit status (like diff): 0 nothing fired / no errors, 1 some rule fired,
 // 2 usage, rule or trace error. Firings go to stdout, everything else
@@ -41,7 +44,7 @@ int main(int argc, char** argv) {
   CLI::App app{"rulecheck: check Vigil rule files and dry-run them over recorded traces"};
   app.name("rulecheck");
   app.require_subcommand(1);
-  app.footer("exit status: 0 ok / nothing fired, 1 some rule fired (run), 2 usage, rule or trace error");
+  app.footer("exit status: 0 ok / nothing fired, 1 some rule fired (run, watch) or a test failed (test), 2 usage, rule or trace error");
 
   std::vector<std::string> check_rules;
   auto* check = app.add_subcommand("check", "parse and type-check rule files; print diagnostics");
@@ -61,11 +64,52 @@ int main(int argc, char** argv) {
   run->add_flag("--explain", run_opts.explain, "print the inputs behind each firing (text)");
   run->add_option("--from", run_opts.from, "ignore observations before this step");
   run->add_option("--to", run_opts.to, "ignore observations after this step");
+  run->add_flag("--keep-going", run_opts.keep_going,
+                "a damaged trace is a warning (its valid prefix is used), not exit status 2");
+  run->add_option("--step-column", run_opts.step_column, "CSV: the column holding the step");
+  run->add_option("--alias", run_opts.aliases,
+                  "read trace series OLD as NEW, NEW=OLD (repeatable; overrides alias statements)")
+      ->allow_extra_args(false)
+      ->take_all();
+
+  WatchOptions watch_opts;
+  auto* watch = app.add_subcommand("watch", "follow a live trace, printing firings as they happen");
+  watch->add_option("RULES", watch_opts.rules, "rule files")->required();
+  watch->add_option("--trace", watch_opts.trace, "the trace to follow (may not exist yet)")
+      ->required();
+  watch->add_option("--exec", watch_opts.exec,
+                    "run CMD (/bin/sh -c) for each firing: VIGIL_* variables, JSON on stdin");
+  watch->add_option("--exec-timeout", watch_opts.exec_timeout,
+                    "seconds before an --exec command is killed (default 30)")
+      ->check(CLI::PositiveNumber);
+  watch->add_option("--poll", watch_opts.poll_ms, "milliseconds between reads (default 500)")
+      ->check(CLI::Range(1, 3'600'000));
+  watch->add_option("--timeout", watch_opts.timeout, "stop after S seconds")
+      ->check(CLI::NonNegativeNumber);
+  bool from_start = false;  // the default; the flag exists to say so explicitly
+  auto* from_start_flag = watch->add_flag("--from-start", from_start,
+                                          "report firings of what is already written (default)");
+  watch->add_flag("--from-end", watch_opts.from_end,
+                  "what is already written only builds rule state; report new firings")
+      ->excludes(from_start_flag);
+  watch->add_option("--format", watch_opts.format, "output format")
+      ->check(CLI::IsMember({"text", "json"}));
+  watch->add_option("--param", watch_opts.params, "override a rule file param, KEY=VALUE (repeatable)")
+      ->allow_extra_args(false)
+      ->take_all();
+  watch->add_flag("--explain", watch_opts.explain, "print the inputs behind each firing (text)");
+  watch->add_option("--step-column", watch_opts.step_column, "CSV: the column holding the step");
+  watch->add_option("--alias", watch_opts.aliases, "read trace series OLD as NEW, NEW=OLD (repeatable)")
+      ->allow_extra_args(false)
+      ->take_all();
+
+  TestOptions test_opts;
+  auto* test = app.add_subcommand("test", "run rule unit tests (*.rtest files, see docs/rtest.md)");
+  test->add_option("TESTFILES", test_opts.files, ".rtest files")->required();
+  test->add_flag("--strict", test_opts.strict, "fail on any firing no expectation covers");
 
   // Planned subcommands: listed in --help, refused when run.
   const std::pair<const char*, const char*> planned[] = {
-      {"test", "run rule unit tests (*.rtest)"},
-      {"watch", "follow a live trace"},
       {"report", "write an HTML report of series with firings marked"},
       {"stdlib", "list / document the standard library"},
   };
@@ -93,6 +137,8 @@ int main(int argc, char** argv) {
   try {
     if (*check) return run_check(check_rules);
     if (*run) return run_run(run_opts);
+    if (*test) return run_test(test_opts);
+    if (*watch) return run_watch(watch_opts);
     for (const auto* sub : planned_apps) {
       if (*sub) {
         print_err(fmt::format("rulecheck: '{}' is not implemented yet\n", sub->get_name()));

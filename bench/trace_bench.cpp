@@ -1,0 +1,185 @@
+// Trace reader benchmarks (Google Benchmark). What is measured, how to run it
+// and the latest numbers are in docs/performance.md ("Trace reading").
+//
+//   BM_ReadTensorBoard           open_tensorboard + next() over a ~50 MB event file
+//   BM_ReadTensorBoard_Baseline  the same file's bytes: fread into a buffer + CRC32C of
+//                                every byte (the least any checking reader must do)
+//   BM_ReadJsonl                 open_jsonl + next() over a ~50 MB JSONL file
+//   BM_ReadJsonl_Baseline        the same file's bytes: fread + newline count
+//
+// Both files are generated at start into the temp directory from the real
+// Lightning run in tests/tb/data (its records repeated with shifted steps, so
+// the content is what a trainer writes) and removed at the end.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "trace/event.pb.h"
+#include "trace/tensorboard_record.hpp"
+#include "vigil/trace.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::size_t kTargetBytes = 50u << 20;
+
+const fs::path kRealRun = fs::path(__FILE__).parent_path().parent_path() / "tests/tb/data/" /
+                          "lightning_lstm_textgen/events.out.tfevents.1716735746.99c8c45923de.3769.0";
+
+struct Files {
+  std::string tensorboard, jsonl;
+  std::uint64_t tensorboard_bytes = 0, jsonl_bytes = 0, observations = 0;
+};
+
+Files& files() {
+  static Files f;
+  return f;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool generate() {
+  Files& f = files();
+  const auto tmp = fs::temp_directory_path() / ("vigil_trace_bench_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  f.tensorboard = (tmp / "events.out.tfevents.bench").string();
+  f.jsonl = (tmp / "bench.jsonl").string();
+
+  const std::string real = slurp(kRealRun);
+  if (real.empty()) {
+    std::fprintf(stderr, "cannot read %s\n", kRealRun.c_str());
+    return false;
+  }
+  std::vector<vigil::tb::Event> events;
+  for (std::string_view rest = real; !rest.empty();) {
+    const auto r = vigil::tb::parse_record(rest);
+    if (r.status != vigil::tb::RecordStatus::ok) return false;
+    events.emplace_back().ParseFromArray(r.data.data(), static_cast<int>(r.data.size()));
+    rest.remove_prefix(r.size);
+  }
+  const std::int64_t span = events.back().step() + 1;
+
+  std::string out, data;
+  vigil::tb::append_record(out, events.front().SerializeAsString());  // file_version
+  for (std::int64_t round = 0; out.size() < kTargetBytes; ++round)
+    for (std::size_t i = 1; i < events.size(); ++i) {
+      vigil::tb::Event e = events[i];
+      e.set_step(e.step() + round * span);
+      e.SerializeToString(&data);
+      vigil::tb::append_record(out, data);
+    }
+  std::ofstream(f.tensorboard, std::ios::binary) << out;
+  f.tensorboard_bytes = out.size();
+
+  // The JSONL file holds the observations the TensorBoard reader produces,
+  // repeated up to the same size.
+  vigil::TraceError error;
+  auto reader = vigil::open_tensorboard(kRealRun.string(), error);
+  if (!reader) return false;
+  std::vector<vigil::Observation> observations;
+  vigil::Observation obs;
+  while (reader->next(obs)) observations.push_back(obs);
+  std::string text;
+  for (std::int64_t round = 0; text.size() < kTargetBytes; ++round)
+    for (auto o : observations) {
+      o.step += round * span;
+      o.time += static_cast<double>(round) * 5000.0;
+      text += vigil::to_jsonl(o);
+      text += '\n';
+    }
+  std::ofstream(f.jsonl, std::ios::binary) << text;
+  f.jsonl_bytes = text.size();
+  return true;
+}
+
+void read_trace(benchmark::State& state, bool tensorboard) {
+  const Files& f = files();
+  const std::string& path = tensorboard ? f.tensorboard : f.jsonl;
+  std::uint64_t observations = 0;
+  for (auto _ : state) {
+    vigil::TraceError error;
+    auto reader = tensorboard ? vigil::open_tensorboard(path, error) : vigil::open_jsonl(path, error);
+    if (!reader) {
+      state.SkipWithError(error.format().c_str());
+      return;
+    }
+    vigil::Observation obs;
+    observations = 0;
+    while (reader->next(obs)) {
+      benchmark::DoNotOptimize(obs.values.data());
+      ++observations;
+    }
+    if (reader->error()) {
+      state.SkipWithError(reader->error()->format().c_str());
+      return;
+    }
+  }
+  const auto bytes = tensorboard ? f.tensorboard_bytes : f.jsonl_bytes;
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+  state.counters["observations"] = static_cast<double>(observations);
+}
+
+// Reads the whole file in 1 MiB chunks; `touch` sees every chunk.
+template <typename Touch>
+void read_bytes(benchmark::State& state, const std::string& path, std::uint64_t bytes, Touch touch) {
+  std::vector<char> buffer(1u << 20);
+  for (auto _ : state) {
+    std::FILE* file = std::fopen(path.c_str(), "rb");
+    std::uint64_t acc = 0;
+    std::size_t n;
+    while ((n = std::fread(buffer.data(), 1, buffer.size(), file)) > 0)
+      acc += touch(std::string_view(buffer.data(), n));
+    std::fclose(file);
+    benchmark::DoNotOptimize(acc);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+}
+
+void BM_ReadTensorBoard(benchmark::State& state) { read_trace(state, true); }
+
+void BM_ReadTensorBoard_Baseline(benchmark::State& state) {
+  read_bytes(state, files().tensorboard, files().tensorboard_bytes,
+             [](std::string_view chunk) { return vigil::tb::crc32c(chunk); });
+}
+
+void BM_ReadJsonl(benchmark::State& state) { read_trace(state, false); }
+
+void BM_ReadJsonl_Baseline(benchmark::State& state) {
+  read_bytes(state, files().jsonl, files().jsonl_bytes, [](std::string_view chunk) {
+    return static_cast<std::uint64_t>(std::count(chunk.begin(), chunk.end(), '\n'));
+  });
+}
+
+BENCHMARK(BM_ReadTensorBoard)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadTensorBoard_Baseline)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadJsonl)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadJsonl_Baseline)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (!generate()) {
+    std::fprintf(stderr, "trace_bench: could not generate the benchmark files\n");
+    return 1;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  fs::remove_all(fs::path(files().tensorboard).parent_path());
+  return 0;
+}

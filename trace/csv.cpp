@@ -1,0 +1,571 @@
+// CSV traces (SPEC §6), wide and long.
+//
+// Wide: a header row names the columns; one column is the step (--step-column,
+// else the first of step, global_step, iteration, epoch), an optional
+// wall_time / time / timestamp column is the time, every other column is a
+// series named exactly as its header. An empty cell is "no sample".
+//
+// Mode: a column named val_*, valid_*, validation_* or eval_* (also with '/'
+// instead of '_', any case) holds eval samples, test_* / test/* test samples,
+// as in the TensorBoard reader. Each row gives a train observation of its
+// other samples, then an eval and a test observation of those, in that order,
+// at the row's step and time; a row gives one observation per mode it has
+// samples of, none if it has no samples. The columns
+// named like a step (step, global_step, iteration, epoch) that are not the
+// step column are "shared": their samples go into each observation of the row
+// (Lightning writes `epoch` on its train and its val rows alike). This covers
+// Lightning's sparse metrics.csv (train and val metrics on different rows of
+// the same step) and Keras' CSVLogger (epoch,loss,...,val_loss,... in one row).
+//
+// Long: the header is exactly tag,step,value or tag,step,value,wall_time
+// (`name` or `metric` for tag, `time` for wall_time). Consecutive rows with
+// the same step and time make one observation (split into train and eval by
+// the tag, as above); a tag seen twice in one group starts a new one. Rows are
+// never reordered.
+//
+// Syntax: RFC 4180 (quoted fields with "" escapes and embedded newlines),
+// LF or CRLF line ends, an optional UTF-8 BOM, blank lines skipped. Numbers are
+// read with std::from_chars after nan / inf / infinity (any case, signed)
+// are recognised. A step must be an integer (12.0 is accepted: some writers
+// only have floats). The reader streams the file in chunks and stops at the
+// first damaged row (wrong number of fields, bad number, bad step) with an
+// error naming the file, the row's 1-based line and its byte offset; every
+// row before it has been handed out.
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "trace/io.hpp"
+#include "vigil/trace.hpp"
+
+namespace vigil {
+
+namespace {
+
+constexpr std::size_t chunk_size = 64 * 1024;
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+bool istarts_with(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
+}
+
+/// A sample: a number, or a non-finite word (nan, inf, infinity, signed, any
+/// case). Overflowing literals (1e999) are ±inf as in Python, not errors.
+bool parse_number(std::string_view text, double& out) {
+  std::string_view s = trim(text);
+  bool negative = false;
+  std::string_view word = s;
+  if (!word.empty() && (word[0] == '+' || word[0] == '-')) {
+    negative = word[0] == '-';
+    word.remove_prefix(1);
+  }
+  if (iequals(word, "nan")) {
+    out = std::numeric_limits<double>::quiet_NaN();
+    return true;
+  }
+  if (iequals(word, "inf") || iequals(word, "infinity")) {
+    out = negative ? -std::numeric_limits<double>::infinity()
+                   : std::numeric_limits<double>::infinity();
+    return true;
+  }
+  // from_chars takes no leading '+', and would accept words like "nan(x)".
+  if (word.empty() || !(std::isdigit(static_cast<unsigned char>(word[0])) || word[0] == '.'))
+    return false;
+  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  if (ptr != s.data() + s.size()) return false;
+  if (ec == std::errc::result_out_of_range) {
+    // strtod saturates to ±HUGE_VAL or 0 where from_chars only reports range.
+    const std::string copy(s);
+    out = std::strtod(copy.c_str(), nullptr);
+    return true;
+  }
+  return ec == std::errc{};
+}
+
+/// An integer step; an integral float (12.0, 1e3) is accepted.
+bool parse_step(std::string_view text, std::int64_t& out) {
+  std::string_view s = trim(text);
+  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
+  if (s.empty()) return false;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  if (ec == std::errc{} && ptr == s.data() + s.size()) return true;
+  double d = 0;
+  if (!parse_number(s, d)) return false;
+  // 2^63 is exactly representable; anything at or above it is out of range.
+  if (!std::isfinite(d) || d != std::floor(d) || d < -9223372036854775808.0 ||
+      d >= 9223372036854775808.0)
+    return false;
+  out = static_cast<std::int64_t>(d);
+  return true;
+}
+
+enum class Mode { train, eval, test };
+constexpr std::string_view mode_names[] = {"train", "eval", "test"};
+
+/// The mode a series' name says it belongs to (same prefixes as TensorBoard tags).
+Mode mode_of(std::string_view name) {
+  static constexpr std::string_view eval_prefixes[] = {
+      "val_", "val/", "valid_", "valid/", "validation_", "validation/", "eval_", "eval/"};
+  const auto starts = [&](std::string_view p) { return istarts_with(name, p); };
+  if (std::any_of(std::begin(eval_prefixes), std::end(eval_prefixes), starts)) return Mode::eval;
+  if (starts("test_") || starts("test/")) return Mode::test;
+  return Mode::train;
+}
+
+constexpr std::string_view step_names[] = {"step", "global_step", "iteration", "epoch"};
+bool is_step_name(std::string_view name) {
+  return std::find(std::begin(step_names), std::end(step_names), name) != std::end(step_names);
+}
+bool is_time_name(std::string_view name) {
+  return name == "wall_time" || name == "time" || name == "timestamp";
+}
+
+enum class Scan { complete, incomplete, bad };
+
+/// Splits one record off the front of `data` (RFC 4180). `final` says no more
+/// bytes will come, so an unterminated last line is a whole record. On
+/// `complete`, `fields[0, count)` hold the unquoted fields, `consumed` the
+/// record's bytes (with its line end) and `newlines` the line ends it spans.
+/// On `bad`, `message` says why and `bad_at` where (relative to `data`).
+struct RecordScanner {
+  std::vector<std::string> fields;  // reused across records: no allocation once warm
+  std::size_t count = 0;
+  std::size_t consumed = 0;
+  std::size_t newlines = 0;
+  std::size_t bad_at = 0;
+  bool first_quoted = false;  // fields[0] was quoted (so an empty one is not a blank line)
+  std::string message;
+
+  std::string& start_field() {
+    if (fields.size() <= count) fields.emplace_back();
+    auto& f = fields[count++];
+    f.clear();
+    return f;
+  }
+
+  Scan scan(std::string_view data, bool final) {
+    count = 0;
+    newlines = 0;
+    first_quoted = false;
+    std::string* cur = &start_field();
+    bool at_field_start = true;
+    bool after_quote = false;  // the current field was quoted and has been closed
+    std::size_t i = 0;
+    auto finish = [&](std::size_t end) {
+      if (!after_quote && !cur->empty() && cur->back() == '\r') cur->pop_back();
+      consumed = end;
+      return Scan::complete;
+    };
+    for (;;) {
+      if (i == data.size()) return final ? finish(i) : Scan::incomplete;
+      const char c = data[i];
+      if (c == '"' && at_field_start) {
+        if (count == 1) first_quoted = true;
+        for (++i;; ++i) {
+          if (i == data.size()) {
+            if (!final) return Scan::incomplete;
+            bad_at = 0;
+            message = "unterminated quoted field";
+            return Scan::bad;
+          }
+          if (data[i] == '"') {
+            if (i + 1 == data.size() && !final) return Scan::incomplete;
+            if (i + 1 < data.size() && data[i + 1] == '"') {
+              *cur += '"';
+              ++i;
+              continue;
+            }
+            ++i;
+            break;
+          }
+          if (data[i] == '\n') ++newlines;
+          *cur += data[i];
+        }
+        at_field_start = false;
+        after_quote = true;
+        continue;
+      }
+      at_field_start = false;
+      if (c == ',') {
+        cur = &start_field();
+        at_field_start = true;
+        after_quote = false;
+        ++i;
+        continue;
+      }
+      if (c == '\n') {
+        ++newlines;
+        return finish(i + 1);
+      }
+      if (after_quote) {
+        if (c == '\r') {  // CRLF after a closing quote
+          ++i;
+          continue;
+        }
+        bad_at = i;
+        message = "unexpected character after a closing quote";
+        return Scan::bad;
+      }
+      *cur += c;
+      ++i;
+    }
+  }
+};
+
+class CsvReader final : public TraceReader {
+ public:
+  CsvReader(std::string path, std::ifstream in, std::uint64_t size, TraceOptions options)
+      : path_(std::move(path)), in_(std::move(in)), size_(size), options_(std::move(options)) {}
+
+  /// Reads the header if it is there (a followed file may still be empty).
+  /// False with error() set if the header is unusable.
+  bool start() { return read_header() || !error_; }
+
+  bool next(Observation& out) override {
+    for (;;) {
+      if (!ready_.empty()) {
+        out = std::move(ready_.front());
+        ready_.pop_front();
+        return true;
+      }
+      if (error_) return false;
+      if (columns_.empty() && !read_header()) return false;
+      if (!read_record()) {
+        // End of the data (for now) or damage: a long CSV's last group is
+        // made of complete rows, so it is handed out.
+        if (group_open_) flush_group();
+        if (!ready_.empty()) continue;
+        return false;
+      }
+      if (long_) take_long_row();
+      else take_wide_row();
+      // The rows of a long CSV's open group before a damaged row are complete.
+      if (error_ && group_open_) flush_group();
+    }
+  }
+
+  [[nodiscard]] std::uint64_t position() const override { return base_ + pos_; }
+  [[nodiscard]] std::uint64_t size() const override { return size_; }
+  [[nodiscard]] std::string describe() const override { return description_; }
+
+ private:
+  enum class Role { step, time, series, shared, ignored, tag, value };
+  static constexpr std::size_t mode_count = std::size(mode_names);
+
+  bool fail(std::uint64_t line, std::uint64_t offset, std::string message) {
+    error_ = TraceError{path_, line, offset, std::move(message)};
+    return false;
+  }
+  bool fail_here(std::string message) { return fail(rec_line_, rec_offset_, std::move(message)); }
+
+  /// Appends up to one chunk of the file to the buffer; false if nothing came.
+  bool fill() {
+    if (pos_ > 0 && pos_ * 2 >= buf_.size()) {  // drop what was consumed
+      buf_.erase(0, pos_);
+      base_ += pos_;
+      pos_ = 0;
+    }
+    in_.clear();  // a followed file may have grown since the last end of file
+    const std::size_t old = buf_.size();
+    buf_.resize(old + chunk_size);
+    in_.read(buf_.data() + old, static_cast<std::streamsize>(chunk_size));
+    const auto got = static_cast<std::size_t>(std::max<std::streamsize>(in_.gcount(), 0));
+    buf_.resize(old + got);
+    if (in_.bad()) fail(0, base_ + old, fmt::format("read error: {}", std::strerror(errno)));
+    return got > 0;
+  }
+
+  /// The next non-blank record into scanner_; false at the end of the data
+  /// (for now, when following) or at damage (error_ set).
+  bool read_record() {
+    for (;;) {
+      if (error_) return false;
+      if (base_ + pos_ == 0 && buf_.size() >= 3 && buf_.starts_with("\xEF\xBB\xBF")) pos_ = 3;
+      const std::string_view data(buf_.data() + pos_, buf_.size() - pos_);
+      const bool final = at_eof_ && !options_.follow;
+      if (!data.empty() && !(base_ + pos_ == 0 && data.size() < 3 && !final &&
+                             std::string_view("\xEF\xBB\xBF").starts_with(data))) {
+        const Scan s = scanner_.scan(data, final);
+        if (s == Scan::bad) {
+          // Point at the record's line; the offset is where the damage is.
+          return fail(line_, base_ + pos_ + scanner_.bad_at, scanner_.message);
+        }
+        if (s == Scan::complete) {
+          rec_line_ = line_;
+          rec_offset_ = base_ + pos_;
+          line_ += scanner_.newlines;
+          pos_ += scanner_.consumed;
+          if (blank()) continue;
+          return true;
+        }
+      }
+      if (final) return false;
+      if (!fill()) {
+        if (error_ || options_.follow) return false;  // follow: keep the partial line
+        at_eof_ = true;
+      }
+    }
+  }
+
+  [[nodiscard]] bool blank() const {
+    return scanner_.count == 1 && !scanner_.first_quoted &&
+           trim(scanner_.fields[0]).find_first_not_of("\r") == std::string_view::npos;
+  }
+
+  [[nodiscard]] std::string column_list() const {
+    std::string list;
+    for (std::size_t i = 0; i < scanner_.count; ++i) {
+      if (i > 0) list += ", ";
+      list += trim(scanner_.fields[i]);
+    }
+    return list;
+  }
+
+  bool read_header() {
+    if (!read_record()) return false;
+    const std::size_t n = scanner_.count;
+    names_.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      std::string name(trim(scanner_.fields[i]));
+      if (!name.empty() && std::find(names_.begin(), names_.end(), name) != names_.end())
+        return fail_here(fmt::format("duplicate column '{}'", name));
+      names_.push_back(std::move(name));
+    }
+    if (is_long_header()) return true;
+
+    std::size_t step = n;
+    if (!options_.step_column.empty()) {
+      step = static_cast<std::size_t>(
+          std::find(names_.begin(), names_.end(), options_.step_column) - names_.begin());
+      if (step == n)
+        return fail_here(fmt::format("no column '{}' for the step (columns: {})",
+                                     options_.step_column, column_list()));
+    } else {
+      for (std::string_view candidate : step_names) {
+        step = static_cast<std::size_t>(std::find(names_.begin(), names_.end(), candidate) -
+                                        names_.begin());
+        if (step < n) break;
+      }
+      if (step == n)
+        return fail_here(fmt::format(
+            "no step column: expected one of step, global_step, iteration, epoch (columns: {}); "
+            "name it with --step-column",
+            column_list()));
+    }
+    columns_.assign(n, Role::ignored);
+    columns_[step] = Role::step;
+    modes_.assign(n, Mode::train);
+    std::size_t time = n, per_mode[mode_count] = {};
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i == step || names_[i].empty()) continue;  // empty name: e.g. a pandas index column
+      if (time == n && is_time_name(names_[i])) {
+        columns_[i] = Role::time;
+        time = i;
+      } else if (is_step_name(names_[i])) {
+        columns_[i] = Role::shared;
+        ++per_mode[0];
+      } else {
+        columns_[i] = Role::series;
+        modes_[i] = mode_of(names_[i]);
+        ++per_mode[static_cast<std::size_t>(modes_[i])];
+      }
+    }
+    description_ = fmt::format("wide CSV, step column '{}'{}, {} train and {} eval series{}",
+                               names_[step],
+                               time < n ? fmt::format(", time column '{}'", names_[time]) : "",
+                               per_mode[0], per_mode[1],
+                               per_mode[2] > 0 ? fmt::format(", {} test", per_mode[2]) : "");
+    return true;
+  }
+
+  bool is_long_header() {
+    const std::size_t n = names_.size();
+    if (n != 3 && n != 4) return false;
+    if (!(names_[0] == "tag" || names_[0] == "name" || names_[0] == "metric") ||
+        names_[1] != "step" || names_[2] != "value" ||
+        (n == 4 && names_[3] != "wall_time" && names_[3] != "time"))
+      return false;
+    if (!options_.step_column.empty() && options_.step_column != "step") return false;
+    long_ = true;
+    columns_ = {Role::tag, Role::step, Role::value};
+    if (n == 4) columns_.push_back(Role::time);
+    description_ = fmt::format("long CSV ({})", fmt::join(names_, ","));
+    return true;
+  }
+
+  bool check_width() {
+    if (scanner_.count == columns_.size()) return true;
+    return fail_here(fmt::format("expected {} fields, got {}", columns_.size(), scanner_.count));
+  }
+
+  bool read_step(std::size_t i, std::int64_t& step) {
+    const std::string_view cell = trim(scanner_.fields[i]);
+    if (cell.empty()) return fail_here(fmt::format("empty step in column '{}'", names_[i]));
+    if (!parse_step(cell, step))
+      return fail_here(fmt::format("step '{}' is not an integer", cell));
+    return true;
+  }
+
+  /// Empty cell: no value (true, `has` false); bad number: error.
+  bool read_value(std::size_t i, double& value, bool& has) {
+    const std::string_view cell = trim(scanner_.fields[i]);
+    has = !cell.empty();
+    if (!has) return true;
+    if (!parse_number(cell, value))
+      return fail_here(fmt::format("invalid number '{}' in column '{}'", cell, names_[i]));
+    return true;
+  }
+
+  /// Empty observations, one per mode, at `step` and `time`.
+  static void reset(std::array<Observation, mode_count>& obs, std::int64_t step, double time) {
+    for (std::size_t m = 0; m < mode_count; ++m) {
+      obs[m].values.clear();
+      obs[m].step = step;
+      obs[m].time = time;
+      obs[m].mode = mode_names[m];
+    }
+  }
+
+  void take_wide_row() {
+    if (!check_width()) return;
+    std::int64_t step = 0;
+    double time = std::numeric_limits<double>::quiet_NaN();
+    shared_.clear();
+    reset(row_, 0, time);
+    for (std::size_t i = 0; i < columns_.size(); ++i) {
+      const Role role = columns_[i];
+      if (role == Role::ignored) continue;
+      if (role == Role::step) {
+        if (!read_step(i, step)) return;
+        continue;
+      }
+      double v = 0;
+      bool has = false;
+      if (!read_value(i, v, has)) return;
+      if (!has) continue;
+      if (role == Role::time) time = v;
+      else if (role == Role::shared) shared_.emplace_back(names_[i], v);
+      else row_[static_cast<std::size_t>(modes_[i])].values.emplace_back(names_[i], v);
+    }
+    const bool any = std::any_of(row_.begin(), row_.end(),
+                                 [](const Observation& o) { return !o.values.empty(); });
+    for (std::size_t m = 0; m < mode_count; ++m) {
+      auto& obs = row_[m];
+      // A row holding only shared samples is a train observation of them.
+      const bool only_shared = m == 0 && !any && !shared_.empty();
+      if (obs.values.empty() && !only_shared) continue;
+      obs.step = step;
+      obs.time = time;
+      obs.values.insert(obs.values.begin(), shared_.begin(), shared_.end());
+      ready_.push_back(obs);
+    }
+  }
+
+  void take_long_row() {
+    if (!check_width()) return;
+    const std::string_view tag = trim(scanner_.fields[0]);
+    if (tag.empty()) {
+      fail_here("empty tag");
+      return;
+    }
+    std::int64_t step = 0;
+    if (!read_step(1, step)) return;
+    double value = 0, time = std::numeric_limits<double>::quiet_NaN();
+    bool has_value = false, has_time = false;
+    if (!read_value(2, value, has_value)) return;
+    if (columns_.size() == 4 && !read_value(3, time, has_time)) return;
+    if (!has_time) time = std::numeric_limits<double>::quiet_NaN();
+
+    const double group_time = row_[0].time;
+    const bool same_time = (std::isnan(time) && std::isnan(group_time)) || time == group_time;
+    const auto has_tag = [&](const Observation& o) {
+      return std::any_of(o.values.begin(), o.values.end(),
+                         [&](const auto& kv) { return kv.first == tag; });
+    };
+    if (group_open_ && (step != row_[0].step || !same_time ||
+                        std::any_of(row_.begin(), row_.end(), has_tag)))
+      flush_group();
+    if (!group_open_) {
+      group_open_ = true;
+      reset(row_, step, time);
+    }
+    if (!has_value) return;  // an empty value cell is no sample, as in a wide CSV
+    row_[static_cast<std::size_t>(mode_of(tag))].values.emplace_back(std::string(tag), value);
+  }
+
+  void flush_group() {
+    group_open_ = false;
+    for (auto& obs : row_)
+      if (!obs.values.empty()) ready_.push_back(obs);
+  }
+
+  std::string path_;
+  std::ifstream in_;
+  std::uint64_t size_ = 0;
+  TraceOptions options_;
+
+  std::string buf_;           // file bytes from base_ on
+  std::uint64_t base_ = 0;    // file offset of buf_[0]
+  std::size_t pos_ = 0;       // first unconsumed byte in buf_
+  std::uint64_t line_ = 1;    // line number at pos_
+  bool at_eof_ = false;
+  RecordScanner scanner_;
+  std::uint64_t rec_line_ = 0, rec_offset_ = 0;  // the record in scanner_
+
+  std::vector<std::string> names_;
+  std::vector<Role> columns_;  // empty until the header is read
+  bool long_ = false;
+  std::string description_;
+  std::deque<Observation> ready_;  // observations made from a row, not yet handed out
+
+  std::vector<Mode> modes_;    // wide CSV: each series column's mode
+  // The observations being made from a row (wide) or a group of rows (long),
+  // one per mode; kept to reuse their storage.
+  std::array<Observation, mode_count> row_;
+  std::vector<std::pair<std::string, double>> shared_;
+  bool group_open_ = false;  // long CSV: row_ holds a group being gathered
+};
+
+}  // namespace
+
+std::unique_ptr<TraceReader> open_csv(const std::string& path, TraceError& error,
+                                      const TraceOptions& options) {
+  std::ifstream in;
+  std::uint64_t size = 0;
+  if (!trace_io::open_file(path, in, size, error)) return nullptr;
+  auto reader = std::make_unique<CsvReader>(path, std::move(in), size, options);
+  if (!reader->start()) {
+    error = *reader->error();
+    return nullptr;
+  }
+  return reader;
+}
+
+}  // namespace vigil
