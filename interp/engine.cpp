@@ -268,6 +268,8 @@ struct Engine::Impl {
   std::unordered_map<std::string, ActionCallback> callbacks;
   bool bindings_checked = false;
   bool dispatching = false;  // inside an action callback: observe() is not reentrant
+  std::function<void(const Observation&)> recorder;
+  Observation recorded;  // reused by the recorder
 
   std::vector<std::unique_ptr<Labels>> labelsets;  // id -> labels (stable addresses)
   std::unordered_map<std::string, std::uint32_t> labelset_ids;
@@ -930,6 +932,7 @@ struct Engine::Impl {
     time = o.time;
     if (std::isnan(first_time) && !std::isnan(time)) first_time = time;
     for (const auto& s : samples) ingest(s);
+    if (recorder) record(samples);
     evaluate_plan();
     force = false;
     evaluate_rules();
@@ -946,6 +949,19 @@ struct Engine::Impl {
         if (auto it = callbacks.find(a.name); it != callbacks.end() && it->second)
           it->second(f, a);
     return firings;
+  }
+
+  void record(std::span<const Sample> samples) {
+    recorded.step = step;
+    recorded.mode = modes[mode];
+    recorded.time = time;
+    recorded.values.clear();
+    for (const auto& s : samples) {
+      if (s.series >= series.size()) continue;
+      const Series& sr = series[s.series];
+      recorded.values.emplace_back(format_series_key(sr.name, *labelsets[sr.labels]), s.value);
+    }
+    recorder(recorded);
   }
 
   // ---- explain --------------------------------------------------------------
@@ -1204,6 +1220,10 @@ std::span<const Firing> Engine::observe(std::int64_t step, std::span<const Sampl
 }
 
 std::optional<TensorId> Engine::tensor(std::string_view key) { return impl_->intern_tensor(key); }
+
+void Engine::record(std::function<void(const Observation&)> recorder) {
+  impl_->recorder = std::move(recorder);
+}
 
 StatMask Engine::tensor_stats_used(TensorId id) const {
   return id < impl_->tensors.size() ? impl_->tensors[id].mask : 0;

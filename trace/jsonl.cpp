@@ -219,6 +219,32 @@ std::unique_ptr<TraceReader> open_jsonl(const std::string& path, TraceError& err
   return std::make_unique<JsonlReader>(path, std::move(in), size, options.follow);
 }
 
+std::unique_ptr<JsonlWriter> JsonlWriter::create(const std::string& path, TraceError& error,
+                                                 bool append) {
+  std::FILE* f = std::fopen(path.c_str(), append ? "ab" : "wb");
+  if (f == nullptr) {
+    error = TraceError{path, 0, 0, fmt::format("cannot open for writing: {}", std::strerror(errno))};
+    return nullptr;
+  }
+  return std::unique_ptr<JsonlWriter>(new JsonlWriter(path, f));
+}
+
+JsonlWriter::~JsonlWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+bool JsonlWriter::write(const Observation& obs) {
+  if (error_) return false;
+  std::string line = to_jsonl(obs);
+  line += '\n';
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+    error_ = TraceError{path_, 0, written_, fmt::format("write failed: {}", std::strerror(errno))};
+    return false;
+  }
+  written_ += line.size();
+  return true;
+}
+
 std::string to_jsonl(const Observation& obs) {
   auto number = [](double v) -> nlohmann::ordered_json {
     if (std::isnan(v)) return "NaN";

@@ -38,6 +38,7 @@
 
 #include "vigil/program.hpp"
 #include "vigil/tensor.hpp"
+#include "vigil/trace.hpp"
 
 namespace vigil {
 
@@ -158,6 +159,13 @@ class Engine {
   std::span<const Firing> observe(std::int64_t step,
                                   std::initializer_list<std::pair<std::string_view, double>> values,
                                   const ObserveOptions& options = {});
+
+  /// Hands every observation the engine evaluates to `recorder`, as a trace
+  /// stores it: the samples under their series keys plus the derived tensor
+  /// stats, so that replaying the recorded trace (`rulecheck run`) gives the
+  /// same firings. An empty function stops recording. Recording allocates
+  /// (it builds an Observation per call).
+  void record(std::function<void(const Observation&)> recorder);
 
   /// Human-readable account of a firing just returned by observe: the
   /// values of every input (window contents for ranges) and the rule's

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -133,6 +134,32 @@ std::unique_ptr<TraceReader> open_csv(const std::string& path, TraceError& error
 /// eval-mode observations).
 std::unique_ptr<TraceReader> open_hf_trainer_state(const std::string& path, TraceError& error,
                                                    const TraceOptions& options = {});
+
+/// Appends observations to a Vigil JSONL file, one line each, handed to the
+/// OS after every line so that a follower (`rulecheck watch`) or a crash
+/// loses at most the line being written.
+///   auto w = vigil::JsonlWriter::create("run/trace.jsonl", err);
+///   engine.record([&](const vigil::Observation& o) { w->write(o); });
+class JsonlWriter {
+ public:
+  /// Creates or truncates `path` (appends if `append`). Null with `error` set
+  /// if it cannot be opened.
+  static std::unique_ptr<JsonlWriter> create(const std::string& path, TraceError& error,
+                                             bool append = false);
+  ~JsonlWriter();
+  JsonlWriter(const JsonlWriter&) = delete;
+  JsonlWriter& operator=(const JsonlWriter&) = delete;
+  /// False once a write has failed (see error()).
+  bool write(const Observation& obs);
+  [[nodiscard]] const std::optional<TraceError>& error() const { return error_; }
+
+ private:
+  JsonlWriter(std::string path, std::FILE* file) : path_(std::move(path)), file_(file) {}
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::uint64_t written_ = 0;
+  std::optional<TraceError> error_;
+};
 
 /// Formats one observation as a Vigil JSONL line (no trailing newline);
 /// non-finite values as "NaN" / "Infinity" / "-Infinity" strings.
