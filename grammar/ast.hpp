@@ -137,6 +137,16 @@ struct ActionCall {
   Range range;
 };
 
+/// `escalate after N within DURATION do ACTIONS`: a firing that follows N
+/// earlier firings of the same series, each within DURATION of the next,
+/// runs these actions instead of the rule's `do` actions.
+struct Escalation {
+  ExprPtr count;   // a Number or a Name bound to one
+  ExprPtr within;  // a Duration or a Name bound to one
+  std::vector<ActionCall> actions;
+  Range range;
+};
+
 /// The clauses of a rule or the overrides of a `use`. Each optional clause
 /// keeps a range for error reporting: the duration clauses through their
 /// Expr's range (the value), severity and mode through the range of the word
@@ -154,6 +164,7 @@ struct Clauses {
   Range mode_range;
   bool has_do = false;
   std::vector<ActionCall> actions;
+  std::vector<Escalation> escalations;  // in source order
   Range when_keyword;  // the `when` token; the line of an anonymous rule
 };
 

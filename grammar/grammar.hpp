@@ -71,6 +71,9 @@ struct kw_param : kw<'p', 'a', 'r', 'a', 'm'> {};
 struct kw_let : kw<'l', 'e', 't'> {};
 struct kw_action : kw<'a', 'c', 't', 'i', 'o', 'n'> {};
 struct kw_alias : kw<'a', 'l', 'i', 'a', 's'> {};
+struct kw_escalate : kw<'e', 's', 'c', 'a', 'l', 'a', 't', 'e'> {};
+// `after` and `within` inside `escalate` are contextual, not reserved.
+struct kw_within : kw<'w', 'i', 't', 'h', 'i', 'n'> {};
 struct kw_and : kw<'a', 'n', 'd'> {};
 struct kw_or : kw<'o', 'r'> {};
 struct kw_not : kw<'n', 'o', 't'> {};
@@ -79,7 +82,7 @@ struct kw_false : kw<'f', 'a', 'l', 's', 'e'> {};
 
 // keyword = "rule" | "when" | ... (words that cannot be bare identifiers) ;
 struct keyword : sor<kw_rule, kw_when, kw_for, kw_after, kw_every, kw_cooldown, kw_severity, kw_in,
-                     kw_do, kw_use, kw_as, kw_import, kw_param, kw_let, kw_action, kw_alias,
+                     kw_do, kw_use, kw_as, kw_import, kw_param, kw_let, kw_action, kw_alias, kw_escalate,
                      kw_and, kw_or, kw_not, kw_true, kw_false> {};
 // name = identifier - keyword ;
 struct name : seq<not_at<keyword>, identifier> {};
@@ -308,13 +311,23 @@ struct in_clause : seq<kw_in, ws, must<mode_word>> {};
 struct clause : sor<for_clause, after_clause, every_clause, cooldown_clause, severity_clause,
                     in_clause> {};
 
+// escalate = "escalate" "after" (number | name) "within" duration do ;
+struct escalate_kw : kw_escalate {};
+struct escalate_count : sor<number_lit, name_ref> {};
+struct escalate_within : kw_within {};
+struct escalate_do : seq<kw_do, ws, must<action_call>, star<ws, one<','>, ws, must<action_call>>> {};
+struct escalate_clause
+    : seq<escalate_kw, ws, must<kw_after>, ws, must<escalate_count>, ws, must<escalate_within>, ws,
+          must<clause_duration>, ws, must<escalate_do>> {};
+
 struct when_kw : kw_when {};
 struct condition : expr {};
 // when = "when" expr ;
 struct when_clause : seq<when_kw, ws, must<condition>> {};
 struct rule_when : when_clause {};
-// rule_body = when {clause} do ;
-struct rule_body : seq<must<rule_when>, star<ws, clause>, ws, must<do_clause>> {};
+// rule_body = when {clause} do {escalate} ;
+struct rule_body
+    : seq<must<rule_when>, star<ws, clause>, ws, must<do_clause>, star<ws, escalate_clause>> {};
 
 // ---- statements -------------------------------------------------------------------
 
@@ -360,7 +373,7 @@ struct when_override : seq<not_line_start, when_clause> {};
 struct use_override : sor<when_override, clause> {};
 struct use_decl : seq<kw_use, ws, must<use_target>, opt<ws, use_args>,
                       opt<ws, kw_as, ws, must<alias_name>>, star<ws, use_override>,
-                      opt<ws, do_clause>> {};
+                      opt<ws, do_clause>, star<ws, escalate_clause>> {};
 
 struct equals : seq<one<'='>, not_at<one<'='>>> {};
 struct decl_name : name {};
@@ -421,6 +434,10 @@ inline constexpr const char* error_message = nullptr;
 
 // clang-format off
 template <> inline constexpr auto error_message<statement> = "expected a statement (rule, when, use, param, let, import, action or alias)";
+template <> inline constexpr auto error_message<kw_after> = "expected 'after N within DURATION do ...' after 'escalate'";
+template <> inline constexpr auto error_message<escalate_count> = "expected the number of earlier firings after 'escalate after'";
+template <> inline constexpr auto error_message<escalate_within> = "expected 'within DURATION' after the firing count";
+template <> inline constexpr auto error_message<escalate_do> = "expected 'do' and the escalated actions";
 template <> inline constexpr auto error_message<alias_target> = "expected a series name (an identifier or a `backticked` name)";
 template <> inline constexpr auto error_message<rule_name> = "expected rule name after 'rule'";
 template <> inline constexpr auto error_message<rule_colon> = "expected ':' after rule header";

@@ -85,6 +85,7 @@ struct State {
   ast::UseDecl use;
   std::vector<ast::ActionParam> aparams;
   ast::AliasDecl alias;
+  std::size_t escalate_actions_from = 0;  // st.clauses.actions index where `escalate ... do` began
 
   ast::File* out = nullptr;
 
@@ -660,6 +661,28 @@ struct action<g::action_call> {
     st.args.clear();
     c.range = st.range(in);
     st.clauses.actions.push_back(std::move(c));
+  }
+};
+template <>
+struct action<g::escalate_kw> {
+  template <typename In>
+  static void apply(const In&, State& st) {
+    st.escalate_actions_from = st.clauses.actions.size();
+  }
+};
+template <>
+struct action<g::escalate_clause> {
+  template <typename In>
+  static void apply(const In& in, State& st) {
+    ast::Escalation e;
+    e.within = st.pop();
+    e.count = st.pop();
+    auto& acts = st.clauses.actions;
+    const auto from = acts.begin() + static_cast<std::ptrdiff_t>(st.escalate_actions_from);
+    e.actions.assign(std::make_move_iterator(from), std::make_move_iterator(acts.end()));
+    acts.erase(from, acts.end());
+    e.range = st.range(in);
+    st.clauses.escalations.push_back(std::move(e));
   }
 };
 template <>

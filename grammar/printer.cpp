@@ -274,14 +274,26 @@ void print_clauses(std::string& out, const ast::Clauses& c, const char* sep) {
   clause("cooldown", c.cooldown);
   if (c.severity) out += std::string(sep) + "severity " + *c.severity;
   if (c.mode) out += std::string(sep) + "in " + *c.mode;
+  auto actions = [&](const std::vector<ast::ActionCall>& calls) {
+    out += "do ";
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += calls[i].name;
+      if (!calls[i].args.empty()) print_args(out, calls[i].args);
+    }
+  };
   if (c.has_do || !c.actions.empty()) {
     out += sep;
-    out += "do ";
-    for (std::size_t i = 0; i < c.actions.size(); ++i) {
-      if (i > 0) out += ", ";
-      out += c.actions[i].name;
-      if (!c.actions[i].args.empty()) print_args(out, c.actions[i].args);
-    }
+    actions(c.actions);
+  }
+  for (const auto& e : c.escalations) {
+    out += sep;
+    out += "escalate after ";
+    if (e.count) print_expr(out, *e.count);
+    out += " within ";
+    if (e.within) print_expr(out, *e.within);
+    out += ' ';
+    actions(e.actions);
   }
 }
 

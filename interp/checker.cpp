@@ -609,6 +609,37 @@ class Checker {
       }
     }
     if (calls.empty()) error("syntax", file, base.when_keyword, "rule has no 'do' action");
+
+    // escalations: a `use` that lists any replaces the template's.
+    const bool esc_over = over && !over->escalations.empty();
+    const auto& escs = esc_over ? over->escalations : base.escalations;
+    const Scope& escope = esc_over ? oscope : scope;
+    const std::uint32_t efile = esc_over ? ofile : file;
+    if (escs.size() > max_escalations)
+      error("escalate", efile, escs[max_escalations].range,
+            fmt::format("a rule can have at most {} 'escalate' clauses", max_escalations));
+    for (const auto& e : escs) {
+      auto count = const_eval(*e.count, escope, efile);
+      const double n = count && std::holds_alternative<double>(count->v) ? std::get<double>(count->v) : -1;
+      if (!(n >= 1 && n <= 1e6 && n == std::floor(n))) {
+        error("escalate", efile, e.count->range,
+              "'escalate after' needs a whole number of earlier firings, 1 or more");
+        continue;
+      }
+      auto within = duration(*e.within, escope, efile, "within");
+      if (!within) continue;
+      static constexpr std::string_view units[] = {"samples", "evals", "steps", "seconds", "epochs"};
+      Escalation esc{static_cast<std::uint32_t>(n), within->amount,
+                     std::string(units[static_cast<int>(within->unit)]), {}};
+      for (const auto& call : e.actions) {
+        if (auto a = action(call, escope, efile)) {
+          esc.actions.push_back(std::move(*a));
+          out.action_sites.emplace_back(efile, call.range);
+        }
+      }
+      out.info.escalations.push_back(std::move(esc));
+      out.escalation_within.push_back(*within);
+    }
     return error_count() == errors_before && out.condition;
   }
 
@@ -1075,6 +1106,9 @@ class Checker {
     out.window = d;
     return true;
   }
+
+  /// Escalation levels an element's state tracks (ElemState in the engine).
+  static constexpr std::size_t max_escalations = 4;
 
   const CompileOptions& options_;
   SourceSet& sources_;

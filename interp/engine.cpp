@@ -194,6 +194,7 @@ struct ElemState {
   std::int64_t last_fire_step = 0;
   double last_fire_time = nan, last_fire_epoch = nan;
   std::int64_t recent[8] = {};  // steps of the latest true evaluations (for explain)
+  std::uint32_t chain[4] = {};  // per escalation: earlier firings in the current chain
 };
 
 struct RuleState {
@@ -820,19 +821,18 @@ struct Engine::Impl {
         e.recent[(e.run - 1) % 8] = step;
         if (!satisfied(r, e)) continue;
         bool fire = !e.fired;
-        if (!fire && r.cooldown) {
-          const auto& c = *r.cooldown;
-          double since = 0;
-          switch (c.unit) {
-            case ir::Unit::samples:
-            case ir::Unit::evals: since = static_cast<double>(e.evals - e.last_fire_eval); break;
-            case ir::Unit::steps: since = span(e.last_fire_step, step); break;
-            case ir::Unit::seconds: since = time - e.last_fire_time; break;
-            case ir::Unit::epochs: since = epoch - e.last_fire_epoch; break;
-          }
-          fire = since >= c.amount;
-        }
+        if (!fire && r.cooldown) fire = since_last_fire(r.cooldown->unit, e) >= r.cooldown->amount;
         if (!fire) continue;
+        // Escalation: count this firing's chain of earlier firings, each
+        // within the clause's span of the next (measured before updating
+        // last_fire), and take the last clause whose count is reached.
+        const bool fired_before = e.last_fire_eval > 0;
+        int level = 0;
+        for (std::size_t k = 0; k < r.escalation_within.size(); ++k) {
+          const auto& w = r.escalation_within[k];
+          e.chain[k] = fired_before && since_last_fire(w.unit, e) <= w.amount ? e.chain[k] + 1 : 0;
+          if (e.chain[k] >= r.info.escalations[k].after) level = static_cast<int>(k) + 1;
+        }
         e.fired = true;
         e.last_fire_eval = e.evals;
         e.last_fire_step = step;
@@ -847,7 +847,9 @@ struct Engine::Impl {
         f.labels = labelsets[label].get();
         f.value = firing_value(pr, label);
         f.pending_since = e.first_step;
-        f.actions = &program.rules()[ri].actions;
+        f.escalation = level;
+        f.actions = level == 0 ? &program.rules()[ri].actions
+                               : &program.rules()[ri].escalations[level - 1].actions;
         firings.push_back(f);
       }
       // Columns are ordered by label id (first-seen order); report a rule's
@@ -855,6 +857,18 @@ struct Engine::Impl {
       std::sort(firings.begin() + static_cast<std::ptrdiff_t>(first_firing), firings.end(),
                 [](const Firing& a, const Firing& b) { return *a.labels < *b.labels; });
     }
+  }
+
+  /// How far this evaluation is from the element's last firing, in `unit`.
+  double since_last_fire(ir::Unit unit, const ElemState& e) const {
+    switch (unit) {
+      case ir::Unit::samples:
+      case ir::Unit::evals: return static_cast<double>(e.evals - e.last_fire_eval);
+      case ir::Unit::steps: return span(e.last_fire_step, step);
+      case ir::Unit::seconds: return time - e.last_fire_time;
+      case ir::Unit::epochs: return epoch - e.last_fire_epoch;
+    }
+    return nan;
   }
 
   /// to - from in double: steps are host data and int64 subtraction of
@@ -897,9 +911,14 @@ struct Engine::Impl {
 
   std::vector<Diagnostic> unbound_actions() const {
     std::vector<Diagnostic> out;
-    for (const auto& pr : plan->rules)
-      for (std::size_t i = 0; i < pr.rule.info.actions.size(); ++i) {
-        const auto& name = pr.rule.info.actions[i].name;
+    for (const auto& pr : plan->rules) {
+      // The rule's actions, then each escalation's: the order of action_sites.
+      std::vector<const std::string*> names;
+      for (const auto& a : pr.rule.info.actions) names.push_back(&a.name);
+      for (const auto& esc : pr.rule.info.escalations)
+        for (const auto& a : esc.actions) names.push_back(&a.name);
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        const auto& name = *names[i];
         if (callbacks.count(name)) continue;
         const auto& [file, range] = pr.rule.action_sites[i];
         out.push_back({DiagLevel::error, "unbound-action",
@@ -907,6 +926,7 @@ struct Engine::Impl {
                                    pr.rule.info.name),
                        file, range, {}, {}});
       }
+    }
     return out;
   }
 
@@ -1027,7 +1047,7 @@ struct Engine::Impl {
 
   std::string save() const {
     Writer w;
-    w.out = "VIGILST2";
+    w.out = "VIGILST3";
     w.pod(program.impl().fingerprint);
     w.pod<std::uint64_t>(modes.size());
     for (std::size_t i = 0; i < modes.size(); ++i) {
@@ -1084,7 +1104,7 @@ struct Engine::Impl {
   /// this engine's keys in id order, then takes the saved state by key
   /// (label-set ids are remapped the same way).
   void restore(std::string_view bytes) {
-    if (bytes.substr(0, 8) != "VIGILST2") throw Error("not a Vigil engine state");
+    if (bytes.substr(0, 8) != "VIGILST3") throw Error("not a Vigil engine state");
     Reader r{bytes.substr(8)};
     if (r.pod<std::uint64_t>() != program.impl().fingerprint)
       throw Error("engine state was saved by a different rule program");

@@ -74,8 +74,9 @@ struct Rule {
   RuleInfo info;
   NodePtr condition;  // boolean
   std::optional<Dur> for_, after, every, cooldown;
-  /// Where each `do` action is written, parallel to info.actions.
+  /// Where each action is written: info.actions, then each escalation's.
   std::vector<std::pair<std::uint32_t, SourceRange>> action_sites;
+  std::vector<Dur> escalation_within;  // parallel to info.escalations
 };
 
 }  // namespace vigil::ir

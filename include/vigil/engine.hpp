@@ -68,7 +68,9 @@ struct Firing {
   const Labels* labels = nullptr;  // the output series' labels; empty for scalar rules
   std::optional<double> value;     // lhs of the deciding comparison
   std::int64_t pending_since = 0;  // step of the first true evaluation of the current run
-  const std::vector<Action>* actions = nullptr;
+  const std::vector<Action>* actions = nullptr;  // the rule's, or an escalation's
+  /// 0 for the rule's own actions; k for its k-th `escalate` clause.
+  int escalation = 0;
 
   [[nodiscard]] const std::string& rule_name() const { return rule->name; }
 };

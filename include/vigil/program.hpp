@@ -49,6 +49,18 @@ struct Action {
   [[nodiscard]] const Value* find(std::string_view key) const;
 };
 
+/// `escalate after N within DURATION do ACTIONS`: a firing that follows
+/// `after` earlier firings of the same series, each within `within` (in
+/// `unit`: "samples", "evals", "steps", "seconds", "epochs") of the next, runs
+/// `actions` instead of the rule's. With several, the last one whose count is
+/// reached wins.
+struct Escalation {
+  std::uint32_t after = 1;
+  double within = 0;
+  std::string unit;
+  std::vector<Action> actions;
+};
+
 /// What a compiled rule is, for listing and reporting.
 struct RuleInfo {
   std::string name;
@@ -56,6 +68,7 @@ struct RuleInfo {
   Severity severity = Severity::warning;
   std::string mode;  // empty: any mode
   std::vector<Action> actions;
+  std::vector<Escalation> escalations;
   std::uint32_t file = 0;  // where the rule (or its `use`) is written
   SourceRange range;
 };

@@ -330,3 +330,75 @@ TEST(Aliases, OptionsOverrideFileAliasesAndConflictsAreErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+std::vector<std::pair<std::int64_t, std::string>> fired_actions(vigil::Engine& e,
+                                                                 const std::vector<double>& losses) {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  for (std::size_t i = 0; i < losses.size(); ++i)
+    for (const auto& f : e.observe(static_cast<std::int64_t>(i), {{"loss", losses[i]}})) {
+      std::string names;
+      for (const auto& a : *f.actions) names += (names.empty() ? "" : ",") + a.name;
+      out.emplace_back(f.step, names + "@" + std::to_string(f.escalation));
+    }
+  return out;
+}
+
+TEST(Escalation, RepeatedFiringsWithinTheSpanEscalate) {
+  auto r = vigil::compile_string(
+      "rule diverging:\n"
+      "    when loss > 10\n"
+      "    do rollback, reduce_lr(factor = 0.5)\n"
+      "    escalate after 2 within 5 steps do stop(\"keeps diverging\")\n",
+      "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  ASSERT_EQ(r.program->rules()[0].escalations.size(), 1u);
+  EXPECT_EQ(r.program->rules()[0].escalations[0].after, 2u);
+  EXPECT_EQ(r.program->rules()[0].escalations[0].unit, "steps");
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  // Edge-triggered firings at 1, 3, 5 (each within 5 steps of the last): the
+  // third has two earlier firings in its chain and escalates. At 12 the chain
+  // is broken (7 steps after 5): back to the rule's own actions.
+  const std::vector<double> loss = {0, 11, 0, 11, 0, 11, 0, 0, 0, 0, 0, 0, 11};
+  EXPECT_EQ(fired_actions(e, loss),
+            (std::vector<std::pair<std::int64_t, std::string>>{{1, "rollback,reduce_lr@0"},
+                                                               {3, "rollback,reduce_lr@0"},
+                                                               {5, "stop@1"},
+                                                               {12, "rollback,reduce_lr@0"}}));
+}
+
+TEST(Escalation, SeveralLevelsAndUseOverridesAndUnboundChecks) {
+  auto r = vigil::compile_string(
+      "rule spike(k = 10):\n"
+      "    when loss > k do log\n"
+      "    escalate after 1 within 3 samples do alert(\"again\")\n"
+      "use spike(k = 5) as s escalate after 1 within 10 steps do checkpoint\n"
+      "    escalate after 2 within 10 steps do stop\n",
+      "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  const auto& info = r.program->rules()[0];
+  ASSERT_EQ(info.escalations.size(), 2u);
+  EXPECT_EQ(info.escalations[0].actions[0].name, "checkpoint");
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  const std::vector<double> loss = {6, 0, 6, 0, 6, 0, 6};
+  EXPECT_EQ(fired_actions(e, loss),
+            (std::vector<std::pair<std::int64_t, std::string>>{
+                {0, "log@0"}, {2, "checkpoint@1"}, {4, "stop@2"}, {6, "stop@2"}}));
+  // Escalation actions must be bound too.
+  vigil::Engine strict(*r.program);
+  strict.on("log", [](auto&, auto&) {});
+  strict.on("checkpoint", [](auto&, auto&) {});
+  const auto unbound = strict.unbound_actions();
+  ASSERT_EQ(unbound.size(), 1u);
+  EXPECT_NE(unbound[0].message.find("'stop'"), std::string::npos);
+}
+
+TEST(Escalation, CountMustBeAWholeNumber) {
+  auto r = vigil::compile_string("when loss > 1 do log escalate after 0.5 within 3 steps do stop",
+                                 "t.rules");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.format_diagnostics().find("whole number of earlier firings"), std::string::npos);
+}
+
+}  // namespace

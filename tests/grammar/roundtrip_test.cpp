@@ -150,6 +150,16 @@ ast::Clauses gen_clauses(bool rule) {
       a.args = gen_args(0);
       c.actions.push_back(std::move(a));
     }
+    // Escalations follow a `do`; rules always have one.
+    if (maybe() && (rule || !c.actions.empty())) {
+      ast::Escalation e;
+      e.count = make(ast::Number{static_cast<double>(*rc::gen::inRange(1, 5))});
+      e.within = gen_clause_duration();
+      ast::ActionCall a;
+      a.name = gen_ident();
+      e.actions.push_back(std::move(a));
+      c.escalations.push_back(std::move(e));
+    }
   }
   return c;
 }

@@ -34,6 +34,11 @@ std::string dump_clauses(const ast::Clauses& c) {
   out += fmt::format(" severity={} mode={} do={}", c.severity.value_or("-"), c.mode.value_or("-"),
                      c.has_do);
   for (const auto& a : c.actions) out += fmt::format(" (action {} {})", a.name, dump_args(a.args));
+  for (const auto& e : c.escalations) {
+    out += fmt::format(" (escalate {} {}", dump_ptr(e.count), dump_ptr(e.within));
+    for (const auto& a : e.actions) out += fmt::format(" (action {} {})", a.name, dump_args(a.args));
+    out += ")";
+  }
   return out + ")";
 }
 
