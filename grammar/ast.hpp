@@ -88,6 +88,15 @@ struct Subscript {
   ExprPtr size;
 };
 
+/// `base.field`: a derived series of a tensor series, `grad{layer="fc1"}.norm`
+/// is `grad_norm{layer="fc1"}`. Lets templates take the tensor (`tensor =
+/// grad`) and read any of its stats.
+struct Member {
+  ExprPtr base;
+  std::string field;
+  Range field_range;
+};
+
 /// `fn(arg, ...)` where the arguments are expressions (not label matchers).
 struct Call {
   std::string fn;
@@ -114,7 +123,8 @@ struct Binary {
 
 struct Expr {
   Range range;  // the whole expression (parentheses excluded)
-  std::variant<Number, String, Bool, Name, Selector, Duration, Subscript, Call, Unary, Binary>
+  std::variant<Number, String, Bool, Name, Selector, Duration, Subscript, Member, Call, Unary,
+               Binary>
       node;
 };
 

@@ -81,9 +81,11 @@ struct kw_true : kw<'t', 'r', 'u', 'e'> {};
 struct kw_false : kw<'f', 'a', 'l', 's', 'e'> {};
 
 // keyword = "rule" | "when" | ... (words that cannot be bare identifiers) ;
-struct keyword : sor<kw_rule, kw_when, kw_for, kw_after, kw_every, kw_cooldown, kw_severity, kw_in,
-                     kw_do, kw_use, kw_as, kw_import, kw_param, kw_let, kw_action, kw_alias, kw_escalate,
-                     kw_and, kw_or, kw_not, kw_true, kw_false> {};
+// The clause words (for, after, every, cooldown, severity, in) are not
+// reserved: a clause only starts where an expression has ended, so they stay
+// usable as names — `reduce_lr_on_plateau(cooldown = 2)` needs that.
+struct keyword : sor<kw_rule, kw_when, kw_do, kw_use, kw_as, kw_import, kw_param, kw_let, kw_action,
+                     kw_alias, kw_escalate, kw_and, kw_or, kw_not, kw_true, kw_false> {};
 // name = identifier - keyword ;
 struct name : seq<not_at<keyword>, identifier> {};
 
@@ -219,9 +221,11 @@ struct primary
     : sor<paren, string_lit, true_lit, false_lit, seq<at<duration_ahead>, duration_lit>, number_lit,
           seq<at<selector_ahead>, selector>, seq<at<call_ahead>, call>, backtick_ref, name_ref> {};
 
-// postfix = primary { "[" expr "]" } ;
+// postfix = primary { "[" expr "]" | "." name } ;     (no space before ".")
 struct subscript : seq<ws, one<'['>, ws, must<nested<expr>>, ws, must<rbracket>> {};
-struct postfix_expr : seq<primary, star<subscript>> {};
+struct member_name : name {};
+struct member : seq<one<'.'>, must<member_name>> {};
+struct postfix_expr : seq<primary, star<sor<subscript, member>>> {};
 
 // pow = postfix ["^" unary] ;               (right associative through unary)
 struct op_pow : one<'^'> {};
@@ -434,6 +438,7 @@ inline constexpr const char* error_message = nullptr;
 
 // clang-format off
 template <> inline constexpr auto error_message<statement> = "expected a statement (rule, when, use, param, let, import, action or alias)";
+template <> inline constexpr auto error_message<member_name> = "expected a stat name after '.' (e.g. grad.norm)";
 template <> inline constexpr auto error_message<kw_after> = "expected 'after N within DURATION do ...' after 'escalate'";
 template <> inline constexpr auto error_message<escalate_count> = "expected the number of earlier firings after 'escalate after'";
 template <> inline constexpr auto error_message<escalate_within> = "expected 'within DURATION' after the firing count";

@@ -466,6 +466,16 @@ struct action<g::subscript> {
   }
 };
 
+template <>
+struct action<g::member_name> {
+  template <typename In>
+  static void apply(const In& in, State& st) {
+    auto base = st.pop_slot();
+    const ast::Range r{base.expr->range.begin, st.offset(in.end())};
+    st.push(r, ast::Member{std::move(base.expr), in.string(), st.range(in)}, base.depth, st.range(in));
+  }
+};
+
 template <ast::BinaryOp Op>
 struct push_op {
   template <typename In>

@@ -76,7 +76,8 @@ int prec(const ast::Expr& e) {
   if (const auto* u = std::get_if<ast::Unary>(&e.node)) {
     return u->op == ast::UnaryOp::neg ? p_neg : p_not;
   }
-  if (std::holds_alternative<ast::Subscript>(e.node)) return p_postfix;
+  if (std::holds_alternative<ast::Subscript>(e.node) || std::holds_alternative<ast::Member>(e.node))
+    return p_postfix;
   return p_primary;
 }
 
@@ -195,6 +196,14 @@ struct ExprPrinter {
     out += '[';
     if (s.size) print_expr(out, *s.size);
     out += ']';
+  }
+  void operator()(const ast::Member& m) const {
+    // `2.h` would read back as the number `2.` with a unit: parenthesise numbers.
+    if (m.base)
+      print_operand(out, *m.base,
+                    prec(*m.base) < p_postfix || std::holds_alternative<ast::Number>(m.base->node));
+    out += '.';
+    out += m.field;
   }
   void operator()(const ast::Call& c) const {
     out += c.fn;

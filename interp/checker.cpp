@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "grammar/parser.hpp"
+#include "vigil/tensor.hpp"
 
 namespace vigil::interp {
 namespace {
@@ -532,7 +533,8 @@ class Checker {
     if (auto c = const_eval(e, scope, file)) return std::string(kind_name(*c));
     Binding b = resolve(e, scope, file);
     if (std::holds_alternative<ast::Name>(b.expr->node) ||
-        std::holds_alternative<ast::Selector>(b.expr->node))
+        std::holds_alternative<ast::Selector>(b.expr->node) ||
+        std::holds_alternative<ast::Member>(b.expr->node))
       return "a series";
     return "an expression";
   }
@@ -790,6 +792,13 @@ class Checker {
             out->selector = std::move(*sel);
             out->vector = true;
             series_uses_.push_back({n.name, file, n.name_range});
+            return out;
+          } else if constexpr (std::is_same_v<N, ast::Member>) {
+            auto sel = series_ref(e, scope, file);
+            if (!sel) return nullptr;
+            auto out = node(ir::Op::selector, file, e.range);
+            out->selector = std::move(*sel);
+            out->vector = true;
             return out;
           } else if constexpr (std::is_same_v<N, ast::Subscript>) {
             error("type", file, e.range,
@@ -1055,28 +1064,55 @@ class Checker {
     return true;
   }
 
+  /// The series `e` denotes (through lets and template arguments): a series
+  /// name, a selector, or a tensor stat `T.stat`; the use is recorded. Errors
+  /// (a param, an expression) say `what` was expected.
+  std::optional<ir::Selector> series_ref(const ast::Expr& e, const Scope& scope, std::uint32_t file,
+                                         std::string_view what = "a series") {
+    Binding b = resolve(e, scope, file);
+    if (const auto* n = std::get_if<ast::Name>(&b.expr->node)) {
+      if (b.scope->module->params.count(n->name)) {
+        error("type", b.file, b.expr->range,
+              fmt::format("'{}' is a param, but {} is needed here", n->name, what));
+        return std::nullopt;
+      }
+      series_uses_.push_back({n->name, b.file, b.expr->range});
+      return ir::Selector{n->name, {}};
+    }
+    if (const auto* s = std::get_if<ast::Selector>(&b.expr->node)) {
+      auto sel = selector(*s, b.file);
+      if (sel) series_uses_.push_back({s->name, b.file, s->name_range});
+      return sel;
+    }
+    if (const auto* m = std::get_if<ast::Member>(&b.expr->node)) {
+      vigil::Stat stat;
+      if (!vigil::parse_stat(m->field, stat)) {
+        std::vector<std::string> names;
+        for (std::size_t i = 0; i < vigil::stat_count; ++i)
+          names.emplace_back(vigil::stat_name(static_cast<vigil::Stat>(i)));
+        error("unknown-stat", b.file, m->field_range,
+              fmt::format("unknown tensor stat '{}'", m->field), closest_match(m->field, names));
+        return std::nullopt;
+      }
+      const auto before = series_uses_.size();
+      auto base = series_ref(*m->base, *b.scope, b.file, "a tensor series");
+      if (!base) return std::nullopt;
+      base->name += "_" + m->field;  // grad{...}.norm reads grad_norm{...}
+      series_uses_.resize(before);
+      series_uses_.push_back({base->name, b.file, b.expr->range});
+      return base;
+    }
+    error("type", b.file, b.expr->range,
+          fmt::format("{} is needed here, e.g. loss, grad_norm{{layer=\"fc1\"}} or grad.norm", what));
+    return std::nullopt;
+  }
+
   bool range_arg(ir::Node& out, const ast::Expr& arg, const Scope& scope, std::uint32_t file) {
     Binding b = resolve(arg, scope, file);
     const auto& sub = std::get<ast::Subscript>(b.expr->node);
-    Binding base = resolve(*sub.base, *b.scope, b.file);
-    if (const auto* n = std::get_if<ast::Name>(&base.expr->node)) {
-      if (base.scope->module->params.count(n->name)) {
-        error("type", base.file, base.expr->range,
-              fmt::format("'{}' is a param; only series can be ranged", n->name));
-        return false;
-      }
-      out.selector.name = n->name;
-      series_uses_.push_back({n->name, base.file, base.expr->range});
-    } else if (const auto* s = std::get_if<ast::Selector>(&base.expr->node)) {
-      auto sel = selector(*s, base.file);
-      if (!sel) return false;
-      out.selector = std::move(*sel);
-      series_uses_.push_back({s->name, base.file, s->name_range});
-    } else {
-      error("type", base.file, base.expr->range,
-            "only a series can be ranged, e.g. loss[10] or grad_norm{layer=\"fc1\"}[5]");
-      return false;
-    }
+    auto sel = series_ref(*sub.base, *b.scope, b.file, "a series to range over");
+    if (!sel) return false;
+    out.selector = std::move(*sel);
     auto size = const_eval(*sub.size, *b.scope, b.file);
     if (size && std::holds_alternative<double>(size->v))
       size = Const{ir::Dur{ir::Unit::samples, std::get<double>(size->v)}};

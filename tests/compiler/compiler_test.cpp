@@ -402,3 +402,27 @@ TEST(Escalation, CountMustBeAWholeNumber) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(TensorStatMembers, TemplatesTakeATensorAndReadAnyOfItsStats) {
+  auto r = vigil::compile_string(
+      "rule vanishing(tensor = grad, threshold = 1e-7):\n"
+      "    when tensor.abs_mean < threshold do alert\n"
+      "use vanishing(tensor = weight{layer=~\"fc.*\"}, threshold = 0.5) as tiny_weights\n"
+      "when grad{layer=\"conv1\"}.norm > 2 * median(grad{layer=\"conv1\"}.norm[3]) do log\n",
+      "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  std::vector<std::string> uses;
+  for (const auto& u : r.program->series_uses()) uses.push_back(u.name);
+  EXPECT_EQ(uses, (std::vector<std::string>{"weight_abs_mean", "grad_norm", "grad_norm"}));
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  const auto w = *e.tensor("weight{layer=\"fc1\"}");
+  EXPECT_EQ(e.tensor_stats_used(w), vigil::stat_bit(vigil::Stat::abs_mean));
+  auto fs = e.observe(1, {{"weight_abs_mean{layer=\"fc1\"}", 0.1}, {"weight_abs_mean{layer=\"x\"}", 0.1}});
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_EQ(fs[0].rule_name(), "tiny_weights");
+  EXPECT_EQ(fs[0].labels->at(0).second, "fc1");
+}
+
+}  // namespace

@@ -66,7 +66,7 @@ ast::ExprPtr gen_duration() {
 }
 
 ast::ExprPtr gen_expr(int depth) {
-  const int kind = *rc::gen::inRange(0, depth > 0 ? 12 : 7);
+  const int kind = *rc::gen::inRange(0, depth > 0 ? 13 : 7);
   switch (kind) {
     case 0: return gen_number(true);
     case 1: return make(ast::String{gen_text(true)});
@@ -99,6 +99,7 @@ ast::ExprPtr gen_expr(int depth) {
       for (int i = 0; i < n; ++i) c.args.push_back(gen_expr(depth - 1));
       return make(std::move(c));
     }
+    case 12: return make(ast::Member{gen_expr(depth - 1), gen_ident(), {}});
     case 9: {
       ast::Unary u;
       u.op = *rc::gen::arbitrary<bool>() ? ast::UnaryOp::neg : ast::UnaryOp::not_;

@@ -64,6 +64,9 @@ struct ExprDump {
   std::string operator()(const ast::Subscript& s) const {
     return fmt::format("(sub {} {})", dump_ptr(s.base), dump_ptr(s.size));
   }
+  std::string operator()(const ast::Member& m) const {
+    return fmt::format("(member {} {})", dump_ptr(m.base), m.field);
+  }
   std::string operator()(const ast::Call& c) const {
     std::string out = "(call " + c.fn;
     for (const auto& a : c.args) out += " " + dump_ptr(a);
