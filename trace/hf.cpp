@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trace/io.hpp"
+#include "trace/json_values.hpp"
 #include "vigil/trace.hpp"
 
 namespace vigil {
@@ -158,45 +159,6 @@ std::uint64_t line_of(std::string_view text, std::size_t offset) {
   return 1 + static_cast<std::uint64_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n'));
 }
 
-std::string short_json_error(const ordered_json::exception& e) {
-  // "[json.exception.parse_error.101] parse error at line 3, column 5: syntax
-  // error while parsing value - ...": keep what follows the position.
-  std::string_view what = e.what();
-  if (auto pos = what.find("] "); pos != std::string_view::npos) what.remove_prefix(pos + 2);
-  if (auto pos = what.find(": "); pos != std::string_view::npos && what.starts_with("parse error"))
-    what.remove_prefix(pos + 2);
-  return std::string(what);
-}
-
-std::optional<double> numeric(const ordered_json& v) {
-  if (v.is_number()) return v.get<double>();
-  if (v.is_string()) {
-    // The quoted bare tokens, and the same words written as strings.
-    const auto& s = v.get_ref<const std::string&>();
-    if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
-    if (s == "Infinity") return std::numeric_limits<double>::infinity();
-    if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
-  }
-  return std::nullopt;
-}
-
-bool step_value(const ordered_json& v, std::int64_t& out) {
-  if (v.is_number_integer()) {
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
-      return false;
-    out = v.get<std::int64_t>();
-    return true;
-  }
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (!std::isfinite(d) || d != std::floor(d) || d < -9223372036854775808.0 ||
-        d >= 9223372036854775808.0)
-      return false;
-    out = static_cast<std::int64_t>(d);
-    return true;
-  }
-  return false;
-}
 
 class HfTrainerStateReader final : public TraceReader {
  public:
@@ -228,7 +190,7 @@ class HfTrainerStateReader final : public TraceReader {
     } catch (const ordered_json::exception& e) {
       // Only elements before the first damage of the whole document get here,
       // so this is not expected; still an error, never a crash.
-      return fail(span, fmt::format("invalid json: {}", short_json_error(e)));
+      return fail(span, fmt::format("invalid json: {}", trace_io::short_json_error(e.what())));
     }
     if (!entry.is_object()) return fail(span, "log_history entry is not an object");
 
@@ -236,12 +198,12 @@ class HfTrainerStateReader final : public TraceReader {
     bool has_step = false;
     for (const auto& [key, value] : entry.items()) {
       if (key == "step") {
-        if (!step_value(value, obs.step))
+        if (!trace_io::json_step(value, obs.step))
           return fail(span, "log_history entry: \"step\" must be an integer");
         has_step = true;
         continue;
       }
-      const auto v = numeric(value);
+      const auto v = trace_io::json_number(value);
       if (!v) continue;  // strings, booleans, null, nested values
       if (key.starts_with("eval_")) obs.mode = "eval";
       obs.values.emplace_back(key, *v);
@@ -303,10 +265,10 @@ std::unique_ptr<TraceReader> open_hf_trainer_state(const std::string& path, Trac
     const auto line = line_of(text, at);
     const std::string message = e.byte >= source.size()
                                     ? std::string("truncated json (unexpected end of file)")
-                                    : fmt::format("invalid json: {}", short_json_error(e));
+                                    : fmt::format("invalid json: {}", trace_io::short_json_error(e.what()));
     damage = TraceError{path, line, at, message};
   } catch (const ordered_json::exception& e) {
-    damage = TraceError{path, 1, 0, fmt::format("invalid json: {}", short_json_error(e))};
+    damage = TraceError{path, 1, 0, fmt::format("invalid json: {}", trace_io::short_json_error(e.what()))};
   }
   if (!damage && !(root.is_object() && root.contains("log_history") &&
                    root["log_history"].is_array())) {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trace/io.hpp"
+#include "trace/json_values.hpp"
 #include "vigil/trace.hpp"
 
 namespace vigil {
@@ -39,55 +40,10 @@ using trace_io::quote_bare_non_finite;
 // A sample value: a JSON number, or one of the three non-finite spellings.
 // null means "no sample"; returns false for anything else.
 bool sample_value(const json& v, std::optional<double>& out) {
-  if (v.is_null()) {
-    out.reset();
-    return true;
-  }
-  if (v.is_number()) {
-    out = v.get<double>();
-    return true;
-  }
-  if (v.is_string()) {
-    const auto& s = v.get_ref<const std::string&>();
-    if (s == "NaN") out = std::numeric_limits<double>::quiet_NaN();
-    else if (s == "Infinity") out = std::numeric_limits<double>::infinity();
-    else if (s == "-Infinity") out = -std::numeric_limits<double>::infinity();
-    else return false;
-    return true;
-  }
-  return false;
+  out = trace_io::json_number(v);
+  return out.has_value() || v.is_null();
 }
 
-// "step" is an integer; 12.0 is accepted because some writers only have doubles.
-bool step_value(const json& v, std::int64_t& out) {
-  if (v.is_number_integer()) {
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
-      return false;
-    out = v.get<std::int64_t>();
-    return true;
-  }
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    // 2^63 is exactly representable; anything at or above it is out of range.
-    if (!std::isfinite(d) || d != std::floor(d) || d < -9223372036854775808.0 ||
-        d >= 9223372036854775808.0)
-      return false;
-    out = static_cast<std::int64_t>(d);
-    return true;
-  }
-  return false;
-}
-
-std::string short_json_error(const json::exception& e) {
-  // nlohmann messages look like "[json.exception.parse_error.101] parse error at
-  // line 1, column 5: syntax error while parsing value - invalid literal; last
-  // read: 'tru'": keep what follows the last ": " of the prefix, lowercased start.
-  std::string_view what = e.what();
-  if (auto pos = what.find("] "); pos != std::string_view::npos) what.remove_prefix(pos + 2);
-  if (auto pos = what.find(": "); pos != std::string_view::npos && what.starts_with("parse error"))
-    what.remove_prefix(pos + 2);
-  return std::string(what);
-}
 
 class JsonlReader final : public TraceReader {
  public:
@@ -150,14 +106,14 @@ class JsonlReader final : public TraceReader {
       j = json::parse(source);
     } catch (const json::parse_error& e) {
       const std::size_t column = original_position(e.byte == 0 ? 0 : e.byte - 1, shifts_) + 1;
-      std::string message = short_json_error(e);
+      std::string message = trace_io::short_json_error(e.what());
       // A last line without newline whose parse failed at its very end was cut
       // off mid-record (a crash while writing): the common damage, named as such.
       if (in_.eof() && e.byte >= source.size())
         return fail(line_start, "truncated record (unexpected end of line)");
       return fail(line_start, fmt::format("invalid json at column {}: {}", column, message));
     } catch (const json::exception& e) {
-      return fail(line_start, fmt::format("invalid json: {}", short_json_error(e)));
+      return fail(line_start, fmt::format("invalid json: {}", trace_io::short_json_error(e.what())));
     }
     if (!j.is_object()) return fail(line_start, "expected a json object");
 
@@ -165,7 +121,7 @@ class JsonlReader final : public TraceReader {
     bool has_step = false;
     for (const auto& [key, value] : j.items()) {
       if (key == "step") {
-        if (!step_value(value, obs.step)) return fail(line_start, "\"step\" must be an integer");
+        if (!trace_io::json_step(value, obs.step)) return fail(line_start, "\"step\" must be an integer");
         has_step = true;
       } else if (key == "mode") {
         if (!value.is_string() || value.get_ref<const std::string&>().empty())
