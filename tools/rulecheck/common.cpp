@@ -68,7 +68,7 @@ void print_firing_text(const vigil::Firing& f, const vigil::Engine& engine, bool
   if (f.labels != nullptr && !f.labels->empty()) out += " " + vigil::format_series_key("", *f.labels);
   if (f.value) out += fmt::format(" value={}", *f.value);
   if (f.actions != nullptr && !f.actions->empty()) {
-    out += " ->";
+    out += f.escalation > 0 ? fmt::format(" -> escalation {}:", f.escalation) : std::string(" ->");
     for (std::size_t i = 0; i < f.actions->size(); ++i)
       out += (i == 0 ? " " : ", ") + (*f.actions)[i].name;
   }
