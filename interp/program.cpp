@@ -95,6 +95,13 @@ CompileResult compile_roots(std::vector<interp::RootFile> roots, const CompileOp
   impl->options = options;
   for (const auto& r : checked.rules) impl->rules.push_back(r.info);
   impl->plan = interp::make_plan(std::move(checked.rules));
+  for (std::size_t i = 0; i < impl->plan.rules.size(); ++i) {
+    auto& reads = impl->rules[i].reads;
+    for (auto leaf : impl->plan.rules[i].leaves)
+      reads.push_back(impl->plan.selectors[impl->plan.nodes[leaf].selector].selector.name);
+    std::sort(reads.begin(), reads.end());
+    reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
+  }
   impl->series_uses = std::move(checked.series_uses);
   impl->params = std::move(checked.params);
   impl->aliases = std::move(checked.aliases);

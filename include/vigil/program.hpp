@@ -69,6 +69,8 @@ struct RuleInfo {
   std::string mode;  // empty: any mode
   std::vector<Action> actions;
   std::vector<Escalation> escalations;
+  /// The series names the rule's condition reads, sorted.
+  std::vector<std::string> reads;
   std::uint32_t file = 0;  // where the rule (or its `use`) is written
   SourceRange range;
 };

@@ -426,3 +426,18 @@ TEST(TensorStatMembers, TemplatesTakeATensorAndReadAnyOfItsStats) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(RuleInfo, ReadsListsTheSeriesOfTheCondition) {
+  auto r = vigil::compile_string(
+      "rule spike(metric = loss, k = 2): when metric > k * median(metric[5]) do log\n"
+      "use spike(metric = val_loss) as vs\n"
+      "when grad.norm > 1 and lr > 0 do log\n",
+      "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  EXPECT_EQ(r.program->rules()[0].reads, (std::vector<std::string>{"val_loss"}));
+  EXPECT_EQ(r.program->rules()[1].reads, (std::vector<std::string>{"grad_norm", "lr"}));
+}
+
+}  // namespace
