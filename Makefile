@@ -23,9 +23,10 @@ ASAN_BUILD_TYPE ?= Debug
 PACKAGES := build-essential cmake ninja-build ccache pkg-config tao-pegtl-dev libeigen3-dev \
             libfmt-dev libgtest-dev libgmock-dev librapidcheck-dev libre2-dev libcli11-dev \
             nlohmann-json3-dev libbenchmark-dev clang libclang-rt-14-dev \
-            libprotobuf-dev protobuf-compiler
+            libprotobuf-dev protobuf-compiler libtorch-dev libopenblas0-openmp
 
 RULECHECK := $(BUILD)/tools/rulecheck/rulecheck
+TORCH_TRAINER := $(BUILD)/examples/torch_trainer/torch_trainer
 DEMO_RULES := examples/demo.rules
 DEMO_TRACE := examples/traces/demo.jsonl
 
@@ -68,6 +69,10 @@ demo: build
 	  1) echo "demo: PASS (rules fired, see above)";; \
 	  *) echo "demo: FAIL (rulecheck exit status $$status)"; exit 1;; \
 	esac
+	@if [ -x $(TORCH_TRAINER) ]; then \
+	  echo "==> $(TORCH_TRAINER) (the same faulty run without and with examples/torch_trainer/trainer.rules)"; \
+	  $(TORCH_TRAINER); \
+	else echo "demo: libtorch not found, skipping the torch trainer"; fi
 
 test-main: build
 	@echo "==> ctest $(BUILD)"
@@ -75,7 +80,7 @@ test-main: build
 
 test-asan: deps
 	@echo "==> configuring $(ASAN_BUILD) (address,undefined)"
-	$(call configure,$(ASAN_BUILD),$(ASAN_BUILD_TYPE),-DVIGIL_SANITIZE=address$(,)undefined -DVIGIL_BUILD_BENCH=OFF)
+	$(call configure,$(ASAN_BUILD),$(ASAN_BUILD_TYPE),-DVIGIL_SANITIZE=address$(,)undefined -DVIGIL_BUILD_BENCH=OFF -DVIGIL_WITH_TORCH=OFF)
 	@echo "==> building $(ASAN_BUILD)"
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@echo "==> ctest $(ASAN_BUILD)"

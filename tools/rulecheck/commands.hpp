@@ -45,10 +45,18 @@ struct TestOptions {
   bool strict = false;  // every firing must be expected, in every test
 };
 
+/// `rulecheck stdlib`: list the standard templates, document one, or render docs/stdlib.md.
+struct StdlibOptions {
+  std::string name;       // empty: list every template
+  bool markdown = false;  // the whole reference as Markdown (docs/stdlib.md)
+};
+
 int run_check(const std::vector<std::string>& rules);
 int run_run(const RunOptions& opts);
 /// Exit status 0 all tests passed, 1 a test failed, 2 a file error.
 int run_test(const TestOptions& opts);
 int run_watch(const WatchOptions& opts);
+/// Exit status 0, or 2 for an unknown name or a malformed doc block in stdlib/*.rules.
+int run_stdlib(const StdlibOptions& opts);
 
 }  // namespace rulecheck

@@ -6,6 +6,7 @@
 //                 [--explain] [--from STEP] [--to STEP] [--keep-going]
 //                 [--step-column NAME] [--alias NEW=OLD]...
 //   rulecheck watch RULES... --trace PATH [--exec CMD] [--poll MS] [--timeout S] ...
+//   rulecheck stdlib [NAME] [--markdown]
 //
 // Exit status (like diff): 0 nothing fired / no errors, 1 some rule fired,
 // 2 usage, rule or trace error. Firings go to stdout, everything else
@@ -108,10 +109,14 @@ int main(int argc, char** argv) {
   test->add_option("TESTFILES", test_opts.files, ".rtest files")->required();
   test->add_flag("--strict", test_opts.strict, "fail on any firing no expectation covers");
 
+  StdlibOptions stdlib_opts;
+  auto* stdlib = app.add_subcommand("stdlib", "list the standard library, or document one template");
+  stdlib->add_option("NAME", stdlib_opts.name, "a template (e.g. early_stopping); none: list all");
+  stdlib->add_flag("--markdown", stdlib_opts.markdown, "print the whole reference as Markdown (docs/stdlib.md)");
+
   // Planned subcommands: listed in --help, refused when run.
   const std::pair<const char*, const char*> planned[] = {
       {"report", "write an HTML report of series with firings marked"},
-      {"stdlib", "list / document the standard library"},
   };
   std::vector<CLI::App*> planned_apps;
   for (const auto& [name, description] : planned) {
@@ -139,6 +144,7 @@ int main(int argc, char** argv) {
     if (*run) return run_run(run_opts);
     if (*test) return run_test(test_opts);
     if (*watch) return run_watch(watch_opts);
+    if (*stdlib) return run_stdlib(stdlib_opts);
     for (const auto* sub : planned_apps) {
       if (*sub) {
         print_err(fmt::format("rulecheck: '{}' is not implemented yet\n", sub->get_name()));

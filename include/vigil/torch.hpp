@@ -1,0 +1,183 @@
+// The libtorch adapter (issue 4, docs/torch.md): a Monitor watches a
+// torch::nn::Module and its optimizer, feeds a vigil::Engine, and implements
+// the standard actions for real (checkpoint, rollback, reduce_lr, skip_step,
+// stop, pause_and_snapshot, log, alert).
+//
+//   vigil::Engine engine(program);
+//   vigil::torch::Monitor monitor(engine, *model, optimizer, {.checkpoint_dir = "run/ckpt"});
+//   for (std::int64_t step = 1; step <= steps; ++step) {
+//     optimizer.zero_grad();
+//     auto loss = loss_fn(model->forward(x), y);     // forward calls monitor.activation(...)
+//     loss.backward();
+//     auto d = monitor.after_backward(step, loss.item<double>());
+//     if (d.rolled_back) position = d.restored_step + 1;   // the data position
+//     if (!d.skip_step) optimizer.step();
+//     if (monitor.after_step(step).stop || d.stop) break;
+//   }
+//
+// Series it observes (SPEC §1): tensor series `grad{layer="NAME"}` and
+// `weight{layer="NAME"}` for every named parameter, `activation{layer="NAME"}`
+// for every activation() call, and scalars `loss`, `lr` (first param group),
+// `step_time` (seconds since the previous after_backward) plus whatever the
+// host adds with scalar(). A tensor is only read when some rule uses one of
+// its stats (Engine::tensor_stats_used): unused tensors cost a branch.
+//
+// Only this header and torch/*.cpp include torch headers; it pulls in
+// <ATen/core/Tensor.h> only. Not thread-safe: one Monitor per training loop.
+// Errors of the actions (an unwritable checkpoint dir, no checkpoint to roll
+// back to) are reported through MonitorOptions::log and in Decision::errors,
+// never thrown; vigil::Error is thrown only for API misuse (as the Engine).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vigil/engine.hpp"
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace vigil::torch {
+
+struct MonitorOptions {
+  /// Where checkpoints (`ckpt-<step>.pt`) are written and rolled back from.
+  /// Empty: checkpoint/rollback/pause_and_snapshot report an error and do nothing.
+  std::string checkpoint_dir;
+  /// Checkpoints kept on disk: the newest `keep_last`, plus the newest good
+  /// one and the best one (so a rollback target is never deleted).
+  int keep_last = 5;
+  /// A host-side cadence: checkpoint in after_step every N steps (0: only when
+  /// a rule says `checkpoint`).
+  std::int64_t checkpoint_every = 0;
+  /// "last_good": a checkpoint is good if no alarm fired within this many
+  /// steps of it, before or after. An alarm is a firing with an action other
+  /// than log/alert/checkpoint. The engine does not expose rules that are
+  /// pending but not yet firing, so this window stands in for "pending".
+  std::int64_t quiet_steps = 10;
+  /// rollback(to="best"): the checkpoint with the lowest value of this series
+  /// at its step ("loss" or a key given to scalar()).
+  std::string best_series = "loss";
+  /// rollback also restores the engine's state (windows, pending counts). Off
+  /// by default: the engine keeps the memory of the fault (so a repeat is seen
+  /// as one, and the recorded trace replays to the live firings); the host then
+  /// keeps its step counter increasing and only rewinds its data position.
+  bool rollback_restores_engine = false;
+  /// pause_and_snapshot: snapshots go to `<checkpoint_dir>/snapshots/step-<S>/`.
+  /// The pause waits for a file `resume` or `stop` in that directory, or for
+  /// SIGUSR1 (resume), at most this long; then `continue_after_pause_timeout`
+  /// decides. 0 disables the wait (snapshot only, then continue).
+  double pause_timeout_s = 600;
+  bool continue_after_pause_timeout = false;
+  /// Recent observations kept for snapshots (only if a rule uses pause_and_snapshot).
+  std::size_t snapshot_window = 200;
+  /// Messages of log/alert and of failed actions. Default: stderr.
+  std::function<void(std::string_view)> log;
+  /// Observe gradients / weights at all (a rule must still read their stats).
+  bool watch_grads = true;
+  bool watch_weights = true;
+};
+
+/// One firing, copied out of the engine (the engine's Firing is only valid
+/// until the next observe).
+struct FiredRule {
+  std::string rule;
+  std::int64_t step = 0;
+  std::string labels;  // `{layer="fc1.weight"}` or empty
+  double value = 0;    // NaN if the rule has no deciding comparison
+};
+
+/// What the host must do after after_backward / after_step.
+struct Decision {
+  bool skip_step = false;            // do not call optimizer.step() this step
+  bool stop = false;                 // end training (stop action or a pause that said stop)
+  std::string stop_reason;
+  bool rolled_back = false;          // model/optimizer/RNG were restored
+  std::int64_t restored_step = -1;   // the restored checkpoint's step
+  bool lr_changed = false;           // reduce_lr ran
+  std::vector<FiredRule> firings;    // the firings of this evaluation
+  std::vector<std::string> errors;   // actions that could not be carried out
+};
+
+struct CheckpointInfo {
+  std::int64_t step = 0;
+  std::string path;
+  double metric = 0;  // best_series at that step (NaN if unknown)
+};
+
+class Monitor {
+ public:
+  /// Binds the standard actions on `engine` (replacing earlier callbacks) and
+  /// interns a grad/weight tensor series per named parameter. `engine`,
+  /// `model` and `optimizer` must outlive the Monitor.
+  Monitor(Engine& engine, ::torch::nn::Module& model, ::torch::optim::Optimizer& optimizer,
+          MonitorOptions options = {});
+  ~Monitor();
+  Monitor(const Monitor&) = delete;
+  Monitor& operator=(const Monitor&) = delete;
+
+  /// Records activation tensor `activation{layer="name"}` for the next
+  /// after_backward (kept alive until then, only if a rule reads it). Returns `x`.
+  const at::Tensor& activation(std::string_view name, const at::Tensor& x);
+  /// A host scalar (`accuracy`, `val_loss`...) observed with the next after_backward.
+  void scalar(std::string_view key, double value);
+  /// Host integers saved in checkpoints and restored by rollback/resume (a
+  /// data position, an epoch counter...).
+  std::map<std::string, std::int64_t>& host_state();
+
+  /// Evaluates the rules on this step's loss, gradients, weights (before the
+  /// update), activations, lr and step time, and carries out the actions.
+  /// Call after backward() and before optimizer.step().
+  Decision after_backward(std::int64_t step, double loss);
+  /// Carries out checkpoints due at this step (a `checkpoint` action of the
+  /// step, or checkpoint_every), so that a checkpoint holds the updated model.
+  Decision after_step(std::int64_t step);
+
+  /// Writes a checkpoint now (atomically: temp file, fsync, rename, fsync
+  /// dir) and prunes old ones. Returns its path, or empty with `error` set.
+  std::string checkpoint(std::int64_t step, std::string* error = nullptr);
+  /// Restores the checkpoint chosen by `to` ("last_good", "best", or a number
+  /// N: the newest one at least N steps before `step`). Model, optimizer and
+  /// RNG state come back bit for bit; the engine too if rollback_restores_engine.
+  /// Returns the checkpoint's step, or -1 with `error` set.
+  std::int64_t rollback(std::string_view to, std::int64_t step, std::string* error = nullptr);
+  /// Restores everything a checkpoint holds, the engine state and the
+  /// monitor's own bookkeeping included (a restarted process continuing a run).
+  /// Returns the checkpoint's step, or -1 with `error` set.
+  std::int64_t resume(const std::string& path, std::string* error = nullptr);
+  /// The newest checkpoint in `dir` (by step), empty if none.
+  static std::string latest_checkpoint(const std::string& dir);
+
+  [[nodiscard]] const std::vector<CheckpointInfo>& checkpoints() const;
+  /// The checkpoint last_good would pick now, or null.
+  [[nodiscard]] const CheckpointInfo* last_good() const;
+
+  /// Hands every observation to `recorder` too (see Engine::record; the
+  /// Monitor owns the engine's recorder slot).
+  void record(std::function<void(const Observation&)> recorder);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Multiplies the lr of every param group by `factor`, not going below
+/// `min_lr` (a group already below it is left alone). Returns the new lr of
+/// the first group.
+double reduce_lr(::torch::optim::Optimizer& optimizer, double factor, double min_lr = 0);
+/// The lr of the first param group (NaN if the optimizer has none).
+double learning_rate(const ::torch::optim::Optimizer& optimizer);
+/// Sets the lr of every param group.
+void set_learning_rate(::torch::optim::Optimizer& optimizer, double lr);
+
+}  // namespace vigil::torch

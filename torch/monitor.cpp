@@ -1,0 +1,760 @@
+// vigil::torch::Monitor: the libtorch side of Vigil. The only translation unit
+// of the adapter that includes <torch/torch.h> (9 s to parse).
+#include "vigil/torch.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fcntl.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace vigil::torch {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Alarms decide "last_good": a firing whose actions only log or save is not a
+// sign of trouble (a `checkpoint` rule would otherwise spoil every checkpoint).
+bool is_alarm(const Firing& f) {
+  for (const Action& a : *f.actions)
+    if (a.name != "log" && a.name != "alert" && a.name != "checkpoint") return true;
+  return false;
+}
+
+std::string checkpoint_name(std::int64_t step) { return fmt::format("ckpt-{:012}.pt", step); }
+
+// Parses `ckpt-<step>.pt`; false for anything else (temp files included).
+bool parse_checkpoint_name(std::string_view name, std::int64_t& step) {
+  constexpr std::string_view prefix = "ckpt-", suffix = ".pt";
+  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) ||
+      !name.ends_with(suffix))
+    return false;
+  const char* first = name.data() + prefix.size();
+  const char* last = name.data() + name.size() - suffix.size();
+  auto [ptr, ec] = std::from_chars(first, last, step);
+  return ec == std::errc() && ptr == last;
+}
+
+std::string errno_message(std::string_view what, const std::string& path) {
+  return fmt::format("{} {}: {}", what, path, std::strerror(errno));
+}
+
+// temp file, fsync, rename, fsync of the directory: a reader (or a process
+// restarted after SIGKILL / power loss) sees the old file or the new one, never
+// a torn one.
+bool write_atomically(const fs::path& path, std::string_view bytes, std::string& error) {
+  const fs::path tmp = path.parent_path() / fmt::format(".{}.tmp.{}", path.filename().string(),
+                                                         static_cast<long>(::getpid()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    error = errno_message("cannot create", tmp.string());
+    return false;
+  }
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = errno_message("cannot write", tmp.string());
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return false;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    error = errno_message("cannot fsync", tmp.string());
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    error = errno_message("cannot rename to", path.string());
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  const int dir = ::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+  return true;
+}
+
+at::Tensor bytes_tensor(std::string_view bytes) {
+  auto t = ::torch::empty({static_cast<std::int64_t>(bytes.size())}, ::torch::kUInt8);
+  if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
+
+std::string tensor_bytes(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  return std::string(static_cast<const char*>(c.data_ptr()), static_cast<std::size_t>(c.numel()));
+}
+
+volatile std::sig_atomic_t g_resume_signal = 0;
+extern "C" void on_resume_signal(int) { g_resume_signal = 1; }
+
+}  // namespace
+
+double learning_rate(const ::torch::optim::Optimizer& optimizer) {
+  const auto& groups = optimizer.param_groups();
+  if (groups.empty()) return std::numeric_limits<double>::quiet_NaN();
+  return groups.front().options().get_lr();
+}
+
+void set_learning_rate(::torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+double reduce_lr(::torch::optim::Optimizer& optimizer, double factor, double min_lr) {
+  for (auto& group : optimizer.param_groups()) {
+    const double lr = group.options().get_lr();
+    if (lr <= min_lr) continue;
+    group.options().set_lr(std::max(lr * factor, min_lr));
+  }
+  return learning_rate(optimizer);
+}
+
+struct Monitor::Impl {
+  struct Param {
+    std::string name;
+    at::Tensor tensor;
+    TensorId grad_id = 0;
+    TensorId weight_id = 0;
+  };
+  // An action to carry out once observe() has returned: the engine must not
+  // be re-entered (restore_state) from its own callbacks.
+  struct Queued {
+    Action action;
+    std::string rule;
+    std::string labels;
+    std::int64_t step = 0;
+    double value = 0;
+    std::string explanation;  // only for pause_and_snapshot
+  };
+
+  Engine& engine;
+  ::torch::nn::Module& model;
+  ::torch::optim::Optimizer& optimizer;
+  MonitorOptions options;
+
+  std::vector<Param> params;
+  std::map<std::string, TensorId, std::less<>> activation_ids;
+  std::vector<std::pair<TensorId, at::Tensor>> activations;
+  std::map<std::string, SeriesId, std::less<>> scalar_ids;
+  std::vector<Sample> host_samples;
+  std::map<std::string, double, std::less<>> latest;  // last value of each host scalar, for "best"
+  std::map<std::string, std::int64_t> host;
+  SeriesId loss_id = 0, lr_id = 0, step_time_id = 0;
+  std::optional<std::chrono::steady_clock::time_point> last_time;
+
+  std::vector<Queued> queue;
+  std::vector<std::int64_t> alarms;  // steps of alarm firings, ascending
+  std::vector<CheckpointInfo> checkpoints;  // ascending by step
+  bool checkpoint_due = false;
+
+  bool uses_pause = false;
+  std::deque<Observation> window;
+  std::function<void(const Observation&)> user_recorder;
+
+  // Per-step scratch, reused so a step allocates nothing after warm-up.
+  std::vector<Sample> samples;
+  std::vector<TensorSample> tensors;
+  std::vector<at::Tensor> keep;
+
+  Impl(Engine& e, ::torch::nn::Module& m, ::torch::optim::Optimizer& o, MonitorOptions opts)
+      : engine(e), model(m), optimizer(o), options(std::move(opts)) {
+    if (!options.log) options.log = [](std::string_view msg) { std::cerr << msg << '\n'; };
+    for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+      Param p;
+      p.name = item.key();
+      p.tensor = item.value();
+      const Labels labels{{"layer", p.name}};
+      p.grad_id = *engine.tensor(format_series_key("grad", labels));
+      p.weight_id = *engine.tensor(format_series_key("weight", labels));
+      params.push_back(std::move(p));
+    }
+    loss_id = *engine.series("loss");
+    lr_id = *engine.series("lr");
+    step_time_id = *engine.series("step_time");
+    for (const RuleInfo& rule : engine.program().rules())
+      for (const Action& a : rule.actions)
+        if (a.name == "pause_and_snapshot") uses_pause = true;
+    bind();
+    install_recorder();
+  }
+
+  void bind() {
+    for (const char* name :
+         {"log", "alert", "checkpoint", "reduce_lr", "rollback", "skip_step", "stop",
+          "pause_and_snapshot"}) {
+      engine.on(name, [this](const Firing& f, const Action& a) {
+        Queued q{a, f.rule_name(), format_series_key("", *f.labels), f.step,
+                 f.value ? *f.value : std::numeric_limits<double>::quiet_NaN(), {}};
+        if (a.name == "pause_and_snapshot")
+          q.explanation = fmt::format("rule {}{} fired at step {}:\n{}", q.rule, q.labels, q.step,
+                                      engine.explain(f));
+        queue.push_back(std::move(q));
+      });
+    }
+  }
+
+  void install_recorder() {
+    if (!uses_pause && !user_recorder) {
+      engine.record({});
+      return;
+    }
+    engine.record([this](const Observation& obs) {
+      if (uses_pause) {
+        window.push_back(obs);
+        while (window.size() > options.snapshot_window) window.pop_front();
+      }
+      if (user_recorder) user_recorder(obs);
+    });
+  }
+
+  // A CPU view of `t` in a dtype the core reads; the converted tensor (if any)
+  // is kept alive in `keep` until observe() returns.
+  TensorView view_of(const at::Tensor& t) {
+    at::Tensor x = t.detach();
+    if (!x.device().is_cpu()) x = x.cpu();
+    DType dtype = DType::float32;
+    switch (x.scalar_type()) {
+      case at::kFloat: dtype = DType::float32; break;
+      case at::kDouble: dtype = DType::float64; break;
+      case at::kHalf: dtype = DType::float16; break;
+      case at::kBFloat16: dtype = DType::bfloat16; break;
+      default: x = x.to(at::kFloat); break;
+    }
+    keep.push_back(x);
+    const at::Tensor& k = keep.back();
+    return TensorView{k.data_ptr(), dtype, {k.sizes().data(), k.sizes().size()},
+                      {k.strides().data(), k.strides().size()}};
+  }
+
+  bool is_good(const CheckpointInfo& c) const {
+    auto it = std::lower_bound(alarms.begin(), alarms.end(), c.step - options.quiet_steps);
+    return it == alarms.end() || *it > c.step + options.quiet_steps;
+  }
+
+  const CheckpointInfo* last_good() const {
+    for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it)
+      if (is_good(*it)) return &*it;
+    return nullptr;
+  }
+
+  const CheckpointInfo* best() const {
+    const CheckpointInfo* b = nullptr;
+    for (const auto& c : checkpoints)
+      if (std::isfinite(c.metric) && (!b || c.metric < b->metric)) b = &c;
+    return b;
+  }
+
+  // Monitor bookkeeping saved in every checkpoint, as text: host integers,
+  // alarm steps, the checkpoint table.
+  std::string metadata() const {
+    std::string out;
+    for (const auto& [k, v] : host) out += fmt::format("host {} {}\n", v, k);
+    for (std::int64_t a : alarms) out += fmt::format("alarm {}\n", a);
+    for (const auto& c : checkpoints) out += fmt::format("ckpt {} {}\n", c.step, c.metric);
+    return out;
+  }
+
+  struct Loaded {
+    std::int64_t step = 0;
+    std::map<std::string, std::int64_t> host;
+    std::vector<std::int64_t> alarms;
+    std::vector<std::pair<std::int64_t, double>> table;
+    std::string engine_state;
+  };
+
+  static void parse_metadata(const std::string& text, Loaded& out) {
+    std::istringstream in(text);
+    std::string kind;
+    while (in >> kind) {
+      if (kind == "host") {
+        std::int64_t v = 0;
+        std::string key;
+        in >> v;
+        in.get();
+        std::getline(in, key);
+        out.host[key] = v;
+      } else if (kind == "alarm") {
+        std::int64_t a = 0;
+        in >> a;
+        out.alarms.push_back(a);
+      } else if (kind == "ckpt") {
+        std::int64_t s = 0;
+        std::string metric;
+        in >> s >> metric;
+        out.table.emplace_back(s, std::strtod(metric.c_str(), nullptr));
+      } else {
+        std::string rest;
+        std::getline(in, rest);
+      }
+    }
+  }
+
+  std::string serialize(std::int64_t step) {
+    ::torch::serialize::OutputArchive archive;
+    ::torch::serialize::OutputArchive model_archive, optimizer_archive;
+    model.save(model_archive);
+    optimizer.save(optimizer_archive);
+    archive.write("model", model_archive);
+    archive.write("optimizer", optimizer_archive);
+    // libtorch's Optimizer::load restores the per-parameter state but not the
+    // param groups' options (lr, betas...): saved here, group by group.
+    const auto& groups = optimizer.param_groups();
+    archive.write("vigil_groups", ::torch::tensor(static_cast<std::int64_t>(groups.size()), ::torch::kInt64));
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      ::torch::serialize::OutputArchive group_archive;
+      groups[i].options().serialize(group_archive);
+      archive.write(fmt::format("vigil_group_{}", i), group_archive);
+    }
+    archive.write("vigil_step", ::torch::tensor(step, ::torch::kInt64));
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      archive.write("vigil_rng", gen.get_state());
+    }
+    archive.write("vigil_engine", bytes_tensor(engine.save_state()));
+    archive.write("vigil_monitor", bytes_tensor(metadata()));
+    std::string bytes;
+    archive.save_to([&bytes](const void* data, std::size_t n) {
+      bytes.append(static_cast<const char*>(data), n);
+      return n;
+    });
+    return bytes;
+  }
+
+  // Loads `path` and applies model, optimizer and RNG state; returns the rest.
+  // The whole file is read and parsed before anything is applied.
+  bool load(const std::string& path, Loaded& out, std::string& error) {
+    try {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) {
+        error = fmt::format("cannot open checkpoint {}", path);
+        return false;
+      }
+      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      ::torch::serialize::InputArchive archive;
+      archive.load_from(bytes.data(), bytes.size());
+      ::torch::serialize::InputArchive model_archive, optimizer_archive;
+      at::Tensor step, rng, engine_state, meta;
+      archive.read("model", model_archive);
+      archive.read("optimizer", optimizer_archive);
+      archive.read("vigil_step", step);
+      archive.read("vigil_rng", rng);
+      archive.read("vigil_engine", engine_state);
+      archive.read("vigil_monitor", meta);
+      at::Tensor group_count;
+      archive.read("vigil_groups", group_count);
+      auto& groups = optimizer.param_groups();
+      if (group_count.item<std::int64_t>() != static_cast<std::int64_t>(groups.size())) {
+        error = fmt::format("cannot load checkpoint {}: {} param groups, the optimizer has {}", path,
+                            group_count.item<std::int64_t>(), groups.size());
+        return false;
+      }
+      std::vector<::torch::serialize::InputArchive> group_archives(groups.size());
+      for (std::size_t i = 0; i < groups.size(); ++i)
+        archive.read(fmt::format("vigil_group_{}", i), group_archives[i]);
+      model.load(model_archive);
+      // State of parameters the checkpoint has none for (no step taken yet)
+      // must go too, or the restored optimizer would differ from the saved one.
+      optimizer.state().clear();
+      optimizer.load(optimizer_archive);
+      for (std::size_t i = 0; i < groups.size(); ++i) groups[i].options().serialize(group_archives[i]);
+      {
+        auto gen = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(rng);
+      }
+      out.step = step.item<std::int64_t>();
+      out.engine_state = tensor_bytes(engine_state);
+      parse_metadata(tensor_bytes(meta), out);
+      return true;
+    } catch (const std::exception& e) {
+      // c10::Error messages carry a C++ backtrace; the first line is the message.
+      std::string what = e.what();
+      what = what.substr(0, what.find('\n'));
+      error = fmt::format("cannot load checkpoint {}: {}", path, what);
+      return false;
+    }
+  }
+
+  std::string checkpoint(std::int64_t step, std::string& error) {
+    if (options.checkpoint_dir.empty()) {
+      error = "checkpoint: no checkpoint_dir configured";
+      return {};
+    }
+    std::error_code ec;
+    fs::create_directories(options.checkpoint_dir, ec);
+    const fs::path path = fs::path(options.checkpoint_dir) / checkpoint_name(step);
+    auto it = latest.find(options.best_series);
+    const double metric =
+        it == latest.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
+    // The table inside the file includes the file itself.
+    std::erase_if(checkpoints, [&](const CheckpointInfo& c) { return c.step >= step; });
+    checkpoints.push_back({step, path.string(), metric});
+    if (!write_atomically(path, serialize(step), error)) {
+      checkpoints.pop_back();
+      return {};
+    }
+    prune();
+    return path.string();
+  }
+
+  void prune() {
+    const std::size_t keep_last = static_cast<std::size_t>(std::max(options.keep_last, 1));
+    if (checkpoints.size() <= keep_last) return;
+    std::set<std::int64_t> kept;
+    for (std::size_t i = checkpoints.size() - keep_last; i < checkpoints.size(); ++i)
+      kept.insert(checkpoints[i].step);
+    if (const auto* g = last_good()) kept.insert(g->step);
+    if (const auto* b = best()) kept.insert(b->step);
+    std::vector<CheckpointInfo> rest;
+    for (auto& c : checkpoints) {
+      if (kept.count(c.step)) {
+        rest.push_back(std::move(c));
+      } else {
+        std::error_code ec;
+        fs::remove(c.path, ec);
+      }
+    }
+    checkpoints = std::move(rest);
+  }
+
+  std::int64_t rollback(std::string_view to, std::int64_t step, std::string& error) {
+    std::vector<const CheckpointInfo*> candidates;  // newest first
+    if (to == "last_good") {
+      for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it)
+        if (it->step <= step && is_good(*it)) candidates.push_back(&*it);
+    } else if (to == "best") {
+      if (const auto* b = best()) candidates.push_back(b);
+    } else {
+      std::int64_t back = 0;
+      auto [ptr, ec] = std::from_chars(to.data(), to.data() + to.size(), back);
+      if (ec != std::errc() || ptr != to.data() + to.size() || back < 0) {
+        error = fmt::format("rollback: to must be \"last_good\", \"best\" or a step count, not \"{}\"", to);
+        return -1;
+      }
+      for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it)
+        if (it->step <= step - back) candidates.push_back(&*it);
+    }
+    if (candidates.empty()) {
+      error = fmt::format("rollback(to=\"{}\"): no checkpoint to roll back to", to);
+      return -1;
+    }
+    // A damaged file (a disk problem) falls back to the next older candidate.
+    for (const CheckpointInfo* c : candidates) {
+      Loaded loaded;
+      std::string why;
+      if (!load(c->path, loaded, why)) {
+        error = why;
+        continue;
+      }
+      error.clear();
+      host = std::move(loaded.host);
+      if (options.rollback_restores_engine) {
+        engine.restore_state(loaded.engine_state);
+        alarms = std::move(loaded.alarms);
+      }
+      // Checkpoints after the target belong to the abandoned trajectory.
+      const std::int64_t target = loaded.step;
+      std::erase_if(checkpoints, [&](const CheckpointInfo& k) {
+        if (k.step <= target) return false;
+        std::error_code ec;
+        fs::remove(k.path, ec);
+        return true;
+      });
+      return target;
+    }
+    return -1;
+  }
+
+  std::int64_t resume(const std::string& path, std::string& error) {
+    Loaded loaded;
+    if (!load(path, loaded, error)) return -1;
+    try {
+      engine.restore_state(loaded.engine_state);
+    } catch (const std::exception& e) {
+      error = fmt::format("cannot restore engine state from {}: {}", path, e.what());
+      return -1;
+    }
+    host = std::move(loaded.host);
+    alarms = std::move(loaded.alarms);
+    checkpoints.clear();
+    const fs::path dir = fs::path(path).parent_path();
+    for (const auto& [s, metric] : loaded.table) {
+      const fs::path p = dir / checkpoint_name(s);
+      if (fs::exists(p)) checkpoints.push_back({s, p.string(), metric});
+    }
+    last_time.reset();
+    return loaded.step;
+  }
+
+  // pause_and_snapshot: checkpoint + recent window + explanations into
+  // <dir>/snapshots/step-S/, then wait for `resume` / `stop` / SIGUSR1.
+  // Returns false if training should stop.
+  bool pause_and_snapshot(std::int64_t step, const std::string& explanations,
+                          std::vector<std::string>& errors) {
+    if (options.checkpoint_dir.empty()) {
+      errors.push_back("pause_and_snapshot: no checkpoint_dir configured");
+      return true;
+    }
+    const fs::path dir = fs::path(options.checkpoint_dir) / "snapshots" / fmt::format("step-{}", step);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    std::string window_text;
+    for (const Observation& o : window) window_text += to_jsonl(o) + "\n";
+    std::string error;
+    const std::string readme = fmt::format(
+        "vigil paused training at step {}.\n"
+        "create a file named `resume` here (or send SIGUSR1 to pid {}) to continue,\n"
+        "or a file named `stop` to end training; after {} s it {}.\n",
+        step, static_cast<long>(::getpid()), options.pause_timeout_s,
+        options.continue_after_pause_timeout ? "continues" : "stops");
+    if (!write_atomically(dir / checkpoint_name(step), serialize(step), error) ||
+        !write_atomically(dir / "window.jsonl", window_text, error) ||
+        !write_atomically(dir / "explanation.txt", explanations, error) ||
+        !write_atomically(dir / "README.txt", readme, error)) {
+      errors.push_back("pause_and_snapshot: " + error);
+      return true;
+    }
+    options.log(fmt::format("vigil: paused at step {}, snapshot in {}", step, dir.string()));
+    if (options.pause_timeout_s <= 0) return true;
+
+    struct sigaction action {}, previous{};
+    action.sa_handler = on_resume_signal;
+    sigemptyset(&action.sa_mask);
+    g_resume_signal = 0;
+    ::sigaction(SIGUSR1, &action, &previous);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(options.pause_timeout_s);
+    bool go_on = options.continue_after_pause_timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (g_resume_signal || fs::exists(dir / "resume")) {
+        go_on = true;
+        break;
+      }
+      if (fs::exists(dir / "stop")) {
+        go_on = false;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ::sigaction(SIGUSR1, &previous, nullptr);
+    options.log(fmt::format("vigil: {} after pause at step {}", go_on ? "continuing" : "stopping", step));
+    return go_on;
+  }
+
+  void run_queue(std::int64_t step, Decision& d) {
+    std::set<std::pair<std::string, std::string>> done;  // (rule, action): once per evaluation
+    std::string explanations;
+    for (const Queued& q : queue)
+      if (q.action.name == "pause_and_snapshot") explanations += q.explanation + "\n";
+    bool paused = false;
+    for (const Queued& q : queue) {
+      const std::string& name = q.action.name;
+      if (name != "log" && name != "alert" && !done.insert({q.rule, name}).second) continue;
+      if (name == "log") {
+        options.log(fmt::format("vigil: step {}: {}{} fired (value {})", q.step, q.rule, q.labels, q.value));
+      } else if (name == "alert") {
+        options.log(fmt::format("vigil: ALERT step {}: {}{}: {}", q.step, q.rule, q.labels,
+                                q.action.string("message")));
+      } else if (name == "checkpoint") {
+        checkpoint_due = true;
+      } else if (name == "skip_step") {
+        d.skip_step = true;
+      } else if (name == "stop") {
+        d.stop = true;
+        d.stop_reason = q.action.string("reason");
+        if (d.stop_reason.empty()) d.stop_reason = q.rule;
+      } else if (name == "reduce_lr") {
+        const double lr = reduce_lr(optimizer, q.action.number("factor", 0.1), q.action.number("min_lr", 0));
+        d.lr_changed = true;
+        options.log(fmt::format("vigil: step {}: {} -> reduce_lr, lr now {}", step, q.rule, lr));
+      } else if (name == "rollback") {
+        if (d.rolled_back) continue;
+        std::string error;
+        const std::string to = q.action.string("to", "last_good");
+        const std::int64_t target = rollback(to, step, error);
+        if (target < 0) {
+          d.errors.push_back(error);
+          options.log("vigil: " + error);
+          continue;
+        }
+        d.rolled_back = true;
+        d.restored_step = target;
+        d.skip_step = true;  // the gradients belong to the abandoned state
+        options.log(fmt::format("vigil: step {}: {} -> rollback to checkpoint of step {}", step, q.rule, target));
+      } else if (name == "pause_and_snapshot") {
+        if (paused) continue;
+        paused = true;
+        if (!pause_and_snapshot(step, explanations, d.errors)) {
+          d.stop = true;
+          d.stop_reason = "stopped after pause_and_snapshot";
+        }
+      }
+    }
+    queue.clear();
+  }
+};
+
+Monitor::Monitor(Engine& engine, ::torch::nn::Module& model, ::torch::optim::Optimizer& optimizer,
+                 MonitorOptions options)
+    : impl_(std::make_unique<Impl>(engine, model, optimizer, std::move(options))) {}
+
+Monitor::~Monitor() {
+  // The engine outlives the Monitor: leave it no callback into freed memory.
+  impl_->engine.record({});
+  for (const char* name : {"log", "alert", "checkpoint", "reduce_lr", "rollback", "skip_step",
+                           "stop", "pause_and_snapshot"})
+    impl_->engine.on(name, [](const Firing&, const Action&) {});
+}
+
+const at::Tensor& Monitor::activation(std::string_view name, const at::Tensor& x) {
+  Impl& m = *impl_;
+  auto it = m.activation_ids.find(name);
+  if (it == m.activation_ids.end()) {
+    const auto id = m.engine.tensor(format_series_key("activation", {{"layer", std::string(name)}}));
+    if (!id) return x;
+    it = m.activation_ids.emplace(std::string(name), *id).first;
+  }
+  if (m.engine.tensor_stats_used(it->second) != 0) m.activations.emplace_back(it->second, x.detach());
+  return x;
+}
+
+void Monitor::scalar(std::string_view key, double value) {
+  Impl& m = *impl_;
+  auto it = m.scalar_ids.find(key);
+  if (it == m.scalar_ids.end()) {
+    const auto id = m.engine.series(key);
+    if (!id) return;
+    it = m.scalar_ids.emplace(std::string(key), *id).first;
+  }
+  m.host_samples.push_back({it->second, value});
+  m.latest.insert_or_assign(std::string(key), value);
+}
+
+std::map<std::string, std::int64_t>& Monitor::host_state() { return impl_->host; }
+
+Decision Monitor::after_backward(std::int64_t step, double loss) {
+  Impl& m = *impl_;
+  Decision d;
+  const auto now = std::chrono::steady_clock::now();
+  m.samples.clear();
+  m.tensors.clear();
+  m.keep.clear();
+  m.samples.push_back({m.loss_id, loss});
+  m.latest.insert_or_assign("loss", loss);
+  m.samples.push_back({m.lr_id, learning_rate(m.optimizer)});
+  if (m.last_time)
+    m.samples.push_back({m.step_time_id, std::chrono::duration<double>(now - *m.last_time).count()});
+  m.last_time = now;
+  m.samples.insert(m.samples.end(), m.host_samples.begin(), m.host_samples.end());
+  m.host_samples.clear();
+
+  // keep must not reallocate while views point into its tensors' metadata:
+  // views hold pointers into TensorImpl (stable), not into the handles, so
+  // reallocation is harmless; reserve anyway to stay allocation-free.
+  m.keep.reserve(2 * m.params.size() + m.activations.size());
+  for (const auto& p : m.params) {
+    if (m.options.watch_grads && m.engine.tensor_stats_used(p.grad_id) != 0) {
+      const at::Tensor& g = p.tensor.grad();
+      if (g.defined()) m.tensors.push_back({p.grad_id, m.view_of(g)});
+    }
+    if (m.options.watch_weights && m.engine.tensor_stats_used(p.weight_id) != 0)
+      m.tensors.push_back({p.weight_id, m.view_of(p.tensor)});
+  }
+  for (const auto& [id, t] : m.activations) m.tensors.push_back({id, m.view_of(t)});
+
+  const auto firings = m.engine.observe(step, m.samples, m.tensors);
+  for (const Firing& f : firings) {
+    d.firings.push_back({f.rule_name(), f.step, format_series_key("", *f.labels),
+                         f.value ? *f.value : std::numeric_limits<double>::quiet_NaN()});
+    if (is_alarm(f) && (m.alarms.empty() || m.alarms.back() != step)) m.alarms.push_back(step);
+  }
+  m.activations.clear();
+  m.keep.clear();
+  m.tensors.clear();
+  m.run_queue(step, d);
+  return d;
+}
+
+Decision Monitor::after_step(std::int64_t step) {
+  Impl& m = *impl_;
+  Decision d;
+  const bool periodic = m.options.checkpoint_every > 0 && step % m.options.checkpoint_every == 0;
+  if (m.checkpoint_due || periodic) {
+    m.checkpoint_due = false;
+    std::string error;
+    if (m.checkpoint(step, error).empty()) {
+      d.errors.push_back(error);
+      m.options.log("vigil: " + error);
+    }
+  }
+  return d;
+}
+
+std::string Monitor::checkpoint(std::int64_t step, std::string* error) {
+  std::string e;
+  std::string path = impl_->checkpoint(step, e);
+  if (error) *error = e;
+  return path;
+}
+
+std::int64_t Monitor::rollback(std::string_view to, std::int64_t step, std::string* error) {
+  std::string e;
+  const std::int64_t s = impl_->rollback(to, step, e);
+  if (error) *error = e;
+  return s;
+}
+
+std::int64_t Monitor::resume(const std::string& path, std::string* error) {
+  std::string e;
+  const std::int64_t s = impl_->resume(path, e);
+  if (error) *error = e;
+  return s;
+}
+
+std::string Monitor::latest_checkpoint(const std::string& dir) {
+  std::int64_t best_step = -1;
+  std::string best;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::int64_t s = 0;
+    if (parse_checkpoint_name(entry.path().filename().string(), s) && s > best_step) {
+      best_step = s;
+      best = entry.path().string();
+    }
+  }
+  return best;
+}
+
+const std::vector<CheckpointInfo>& Monitor::checkpoints() const { return impl_->checkpoints; }
+const CheckpointInfo* Monitor::last_good() const { return impl_->last_good(); }
+
+void Monitor::record(std::function<void(const Observation&)> recorder) {
+  impl_->user_recorder = std::move(recorder);
+  impl_->install_recorder();
+}
+
+}  // namespace vigil::torch
