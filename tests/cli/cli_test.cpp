@@ -266,13 +266,25 @@ TEST(Usage, HelpListsPlannedSubcommands) {
     EXPECT_THAT(r.out, HasSubstr(sub));
 }
 
-TEST(Usage, PlannedSubcommandsAreRefused) {
-  for (const char* sub : {"report a.rules"}) {
-    SCOPED_TRACE(sub);
-    const auto r = rulecheck(sub);
-    EXPECT_EQ(r.status, 2);
-    EXPECT_THAT(r.err, HasSubstr("not implemented yet"));
-  }
+TEST(Usage, ReportNeedsAnOutputFile) {
+  const auto r = rulecheck("report basic.rules --trace basic.jsonl");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("--output is required"));
+}
+
+TEST(Report, WritesFiringsAndAChartPerSeriesRead) {
+  const std::string out = testing::TempDir() + "/vigil_report.html";
+  const auto r = rulecheck("report basic.rules --trace basic.jsonl -o " + out);
+  EXPECT_EQ(r.status, 1);  // like run: rules fired
+  std::ifstream in(out);
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(html, HasSubstr("<!DOCTYPE html>"));
+  EXPECT_THAT(html, HasSubstr("loss_high"));
+  EXPECT_THAT(html, HasSubstr("<h2>loss</h2>"));
+  std::size_t charts = 0;
+  for (auto at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++charts;
+  EXPECT_EQ(charts, 3u);  // loss and the two grad_norm series of the trace
+  EXPECT_THAT(r.err, HasSubstr("wrote " + out));
 }
 
 }  // namespace

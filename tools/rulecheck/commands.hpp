@@ -51,7 +51,19 @@ struct StdlibOptions {
   bool markdown = false;  // the whole reference as Markdown (docs/stdlib.md)
 };
 
+/// `rulecheck report`: an HTML page with the firings and a chart per series.
+struct ReportOptions {
+  std::vector<std::string> rules;
+  std::vector<std::string> traces;
+  std::string output;
+  std::vector<std::string> params;
+  std::string step_column;
+  std::vector<std::string> aliases;
+};
+
 int run_check(const std::vector<std::string>& rules);
+/// Exit status like run: 0 nothing fired, 1 some rule fired, 2 an error.
+int run_report(const ReportOptions& opts);
 int run_run(const RunOptions& opts);
 /// Exit status 0 all tests passed, 1 a test failed, 2 a file error.
 int run_test(const TestOptions& opts);

@@ -114,16 +114,20 @@ int main(int argc, char** argv) {
   stdlib->add_option("NAME", stdlib_opts.name, "a template (e.g. early_stopping); none: list all");
   stdlib->add_flag("--markdown", stdlib_opts.markdown, "print the whole reference as Markdown (docs/stdlib.md)");
 
-  // Planned subcommands: listed in --help, refused when run.
-  const std::pair<const char*, const char*> planned[] = {
-      {"report", "write an HTML report of series with firings marked"},
-  };
-  std::vector<CLI::App*> planned_apps;
-  for (const auto& [name, description] : planned) {
-    auto* sub = app.add_subcommand(name, std::string(description) + " (not implemented yet)");
-    sub->allow_extras();
-    planned_apps.push_back(sub);
-  }
+  ReportOptions report_opts;
+  auto* report = app.add_subcommand("report", "write an HTML report: firings, and charts of the series rules read with firings marked");
+  report->add_option("RULES", report_opts.rules, "rule files")->required();
+  report->add_option("--trace", report_opts.traces, "trace files (format detected from content)")
+      ->required()
+      ->expected(1, -1);
+  report->add_option("-o,--output", report_opts.output, "the HTML file to write")->required();
+  report->add_option("--param", report_opts.params, "override a rule file param, KEY=VALUE (repeatable)")
+      ->allow_extra_args(false)
+      ->take_all();
+  report->add_option("--step-column", report_opts.step_column, "CSV: the column holding the step");
+  report->add_option("--alias", report_opts.aliases, "read trace series OLD as NEW, NEW=OLD (repeatable)")
+      ->allow_extra_args(false)
+      ->take_all();
 
   try {
     app.parse(argc, argv);
@@ -145,12 +149,7 @@ int main(int argc, char** argv) {
     if (*test) return run_test(test_opts);
     if (*watch) return run_watch(watch_opts);
     if (*stdlib) return run_stdlib(stdlib_opts);
-    for (const auto* sub : planned_apps) {
-      if (*sub) {
-        print_err(fmt::format("rulecheck: '{}' is not implemented yet\n", sub->get_name()));
-        return exit_error;
-      }
-    }
+    if (*report) return run_report(report_opts);
   } catch (const std::exception& e) {
     // Only API misuse throws (vigil::Error); data never does. Still exit 2, never abort.
     print_err(fmt::format("rulecheck: internal error: {}\n", e.what()));

@@ -1,0 +1,15 @@
+# Installs BUILD into WORK/prefix, builds the consumer project against it and
+# runs it; fails loudly at the first step that does.
+file(REMOVE_RECURSE ${WORK})
+function(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "failed (${status}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message("${out}")
+endfunction()
+step(${CMAKE_COMMAND} --install ${BUILD} --prefix ${WORK}/prefix)
+step(${CMAKE_COMMAND} -S ${SOURCE}/consumer -B ${WORK}/build -G ${GENERATOR}
+     -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${WORK}/prefix)
+step(${CMAKE_COMMAND} --build ${WORK}/build)
+step(${WORK}/build/consumer)
