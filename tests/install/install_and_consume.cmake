@@ -9,7 +9,12 @@ function(step)
   message("${out}")
 endfunction()
 step(${CMAKE_COMMAND} --install ${BUILD} --prefix ${WORK}/prefix)
+# A sanitizer build installs an instrumented library: link the consumer alike.
+set(flags)
+if(SANITIZE)
+  set(flags "-DCMAKE_CXX_FLAGS=-fsanitize=${SANITIZE}" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE}")
+endif()
 step(${CMAKE_COMMAND} -S ${SOURCE}/consumer -B ${WORK}/build -G ${GENERATOR}
-     -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${WORK}/prefix)
+     -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${WORK}/prefix ${flags})
 step(${CMAKE_COMMAND} --build ${WORK}/build)
 step(${WORK}/build/consumer)
