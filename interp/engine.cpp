@@ -1254,4 +1254,11 @@ std::string Engine::save_state() const { return impl_->save(); }
 void Engine::restore_state(std::string_view bytes) { impl_->restore(bytes); }
 const EngineStats& Engine::stats() const { return impl_->stats; }
 
+bool Engine::pending() const {
+  for (const auto& r : impl_->rules)
+    for (const auto& e : r.elems)
+      if (e.run > 0) return true;
+  return false;
+}
+
 }  // namespace vigil

@@ -692,6 +692,9 @@ Decision Monitor::after_backward(std::int64_t step, double loss) {
                          f.value ? *f.value : std::numeric_limits<double>::quiet_NaN()});
     if (is_alarm(f) && (m.alarms.empty() || m.alarms.back() != step)) m.alarms.push_back(step);
   }
+  // A step where some rule is pending or firing is not quiet either: no
+  // checkpoint near it counts as "last_good".
+  if (m.engine.pending() && (m.alarms.empty() || m.alarms.back() != step)) m.alarms.push_back(step);
   m.activations.clear();
   m.keep.clear();
   m.tensors.clear();

@@ -183,6 +183,11 @@ class Engine {
 
   [[nodiscard]] const EngineStats& stats() const;
 
+  /// True while some rule's condition is in a run of true evaluations for
+  /// some series: pending (waiting for its `for`) or firing. A host takes a
+  /// "known good" checkpoint only when this is false.
+  [[nodiscard]] bool pending() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -60,10 +60,11 @@ struct MonitorOptions {
   /// A host-side cadence: checkpoint in after_step every N steps (0: only when
   /// a rule says `checkpoint`).
   std::int64_t checkpoint_every = 0;
-  /// "last_good": a checkpoint is good if no alarm fired within this many
-  /// steps of it, before or after. An alarm is a firing with an action other
-  /// than log/alert/checkpoint. The engine does not expose rules that are
-  /// pending but not yet firing, so this window stands in for "pending".
+  /// "last_good": a checkpoint is good if no unquiet step lies within this
+  /// many steps of it, before or after. A step is unquiet if some rule was
+  /// pending or firing there (Engine::pending()) or an alarm fired (a firing
+  /// with an action other than log/alert/checkpoint). 0: exactly "taken while
+  /// no rule was pending or firing".
   std::int64_t quiet_steps = 10;
   /// rollback(to="best"): the checkpoint with the lowest value of this series
   /// at its step ("loss" or a key given to scalar()).

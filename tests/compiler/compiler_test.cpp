@@ -441,3 +441,21 @@ TEST(RuleInfo, ReadsListsTheSeriesOfTheCondition) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(EnginePending, TrueWhileAConditionRunsTrue) {
+  auto r = vigil::compile_string("when loss > 1 for 3 samples do log", "t.rules");
+  ASSERT_TRUE(r.ok());
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  EXPECT_FALSE(e.pending());
+  e.observe(1, {{"loss", 2}});
+  EXPECT_TRUE(e.pending());  // pending: 1 of 3
+  e.observe(2, {{"loss", 2}});
+  e.observe(3, {{"loss", 2}});
+  EXPECT_TRUE(e.pending());  // firing
+  e.observe(4, {{"loss", 0}});
+  EXPECT_FALSE(e.pending());
+}
+
+}  // namespace
