@@ -212,13 +212,15 @@ struct true_lit : kw_true {};
 struct false_lit : kw_false {};
 struct number_lit : number {};
 struct duration_lit : duration {};
-// paren = "(" expr ")" ;
+// paren = "(" expr ")" [unit_word] ;   (with a unit word: a duration, `(n + 1) steps`)
 struct paren : seq<one<'('>, ws, must<nested<expr>>, ws, must<rparen>> {};
+struct paren_unit : unit_word {};
+struct paren_expr : seq<paren, opt<ws, paren_unit>> {};
 
 // primary = paren | string | "true" | "false" | duration | number
 //         | selector | call | backtick_ref | name ;
 struct primary
-    : sor<paren, string_lit, true_lit, false_lit, seq<at<duration_ahead>, duration_lit>, number_lit,
+    : sor<paren_expr, string_lit, true_lit, false_lit, seq<at<duration_ahead>, duration_lit>, number_lit,
           seq<at<selector_ahead>, selector>, seq<at<call_ahead>, call>, backtick_ref, name_ref> {};
 
 // postfix = primary { "[" expr "]" | "." name } ;     (no space before ".")
@@ -298,7 +300,8 @@ struct action_call : seq<action_name, opt<ws, arg_list>> {};
 struct do_clause : seq<kw_do, ws, must<action_call>, star<ws, one<','>, ws, must<action_call>>> {};
 
 // clause_duration = duration | name ;
-struct clause_duration_value : sor<seq<at<duration_ahead>, duration_lit>, name_ref> {};
+struct clause_duration_value
+    : sor<seq<at<duration_ahead>, duration_lit>, seq<at<one<'('>>, paren_expr>, name_ref> {};
 // A number without a unit is the common mistake: point at where the unit belongs.
 struct clause_duration
     : sor<clause_duration_value, seq<number_text, ws, must<unit_word>>> {};

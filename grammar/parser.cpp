@@ -296,6 +296,17 @@ struct action<g::duration_lit> {
   }
 };
 
+// `(n + 1) steps`: the parenthesised expression becomes a duration's amount.
+template <>
+struct action<g::paren_unit> {
+  template <typename In>
+  static void apply(const In& in, State& st) {
+    auto amount = st.pop_slot();
+    const ast::Range r{amount.expr->range.begin, st.offset(in.end())};
+    st.push(r, ast::Duration{std::move(amount.expr), st.unit}, amount.depth + 1, st.range(in));
+  }
+};
+
 template <>
 struct action<g::string_lit> {
   template <typename In>

@@ -593,11 +593,19 @@ class Checker {
       else
         out.info.severity = static_cast<Severity>(at - words.begin());
     }
+    // `in MODE`: the word, or the string value of a parameter of that name
+    // (a template can take `mode = "eval"`).
+    auto mode_word = [&](const std::string& word, const Scope& s, std::uint32_t f) {
+      ast::Expr ref;
+      ref.node = ast::Name{word, false};
+      auto c = const_eval(ref, s, f);
+      return c && std::holds_alternative<std::string>(c->v) ? std::get<std::string>(c->v) : word;
+    };
     const bool mode_over = over && over->mode;
     if (mode_over)
-      out.info.mode = *over->mode;
+      out.info.mode = mode_word(*over->mode, oscope, ofile);
     else if (base.mode)
-      out.info.mode = *base.mode;
+      out.info.mode = mode_word(*base.mode, scope, file);
 
     // actions: a `use` with `do` replaces the template's actions.
     const bool act_over = over && over->has_do;
@@ -891,6 +899,18 @@ class Checker {
 
   ir::NodePtr binary(const ast::Binary& n, const ast::Expr& e, const Scope& scope,
                      std::uint32_t file) {
+    // `mode == "min"` with a string parameter: decided at compile time, so a
+    // template can pick a condition by a string argument:
+    //   (mode == "min" and x < t) or (mode == "max" and x > t)
+    if (n.op == ast::BinaryOp::eq || n.op == ast::BinaryOp::ne) {
+      auto l = const_eval(*n.lhs, scope, file), r = const_eval(*n.rhs, scope, file);
+      if (l && r && std::holds_alternative<std::string>(l->v) &&
+          std::holds_alternative<std::string>(r->v)) {
+        const bool same = std::get<std::string>(l->v) == std::get<std::string>(r->v);
+        return constant((n.op == ast::BinaryOp::eq) == same ? 1 : 0, ir::Type::boolean, file,
+                        e.range);
+      }
+    }
     auto lhs = expr(*n.lhs, scope, file);
     auto rhs = expr(*n.rhs, scope, file);
     if (!lhs || !rhs) return nullptr;

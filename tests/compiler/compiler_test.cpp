@@ -459,3 +459,31 @@ TEST(EnginePending, TrueWhileAConditionRunsTrue) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(TemplateParameters, StringsChooseConditionsModesAndDurationArithmetic) {
+  auto r = vigil::compile_string(
+      "rule stop_at(monitor = val_loss, threshold = 0.5, mode = \"min\", when_mode = \"eval\",\n"
+      "             patience = 2):\n"
+      "    when (mode == \"min\" and monitor < threshold) or (mode == \"max\" and monitor > threshold)\n"
+      "    for (patience + 1) samples\n"
+      "    in when_mode\n"
+      "    do stop\n"
+      "use stop_at() as low\n"
+      "use stop_at(mode = \"max\", threshold = 0.9) as high\n",
+      "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  EXPECT_EQ(r.program->rules()[0].mode, "eval");
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  std::vector<std::string> fired;
+  const double values[] = {0.4, 0.4, 0.4, 0.95, 0.95, 0.95};
+  for (int s = 0; s < 6; ++s)
+    for (const auto& f : e.observe(s, {{"val_loss", values[s]}}, {.mode = "eval"}))
+      fired.push_back(f.rule_name() + "@" + std::to_string(f.step));
+  EXPECT_EQ(fired, (std::vector<std::string>{"low@2", "high@5"}));
+  // Train observations are not evaluated (in when_mode = "eval").
+  EXPECT_TRUE(e.observe(6, {{"val_loss", 0.1}}).empty());
+}
+
+}  // namespace

@@ -57,8 +57,15 @@ ast::ExprPtr gen_duration() {
   const int unit = *rc::gen::inRange(0, 7);
   d.unit = static_cast<ast::DurUnit>(unit);
   // s/m/h attach to a number directly (`30s`); a name takes only unit words.
-  if (unit < 4 && *rc::gen::arbitrary<bool>()) {
+  const int amount = *rc::gen::inRange(0, 3);
+  if (unit < 4 && amount == 0) {
     d.amount = make(ast::Name{gen_ident(), false});
+  } else if (unit < 4 && amount == 1) {  // `(n + 1) steps`: an expression in parentheses
+    ast::Binary b;
+    b.op = ast::BinaryOp::add;
+    b.lhs = make(ast::Name{gen_ident(), false});
+    b.rhs = gen_number(false);
+    d.amount = make(std::move(b));
   } else {
     d.amount = gen_number(false);
   }
