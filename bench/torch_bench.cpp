@@ -83,52 +83,40 @@ void BM_Stats64MiB_TorchNorm(benchmark::State& state) {
   set_bytes(state);
 }
 
-// The libtorch ops a host would write for the stats Vigil fuses: one pass (or
-// more) each.
+// The libtorch ops a host would write for the stats Vigil fuses, one pass (or
+// more) each, over `d` (the tensor in the accumulation dtype) and `t` (the
+// original, for the counts).
+void torch_all_stats(const torch::Tensor& d, const torch::Tensor& t) {
+  auto a = d.abs();
+  const double n = static_cast<double>(t.numel());
+  const double stats[] = {
+      torch::norm(d).item<double>(),         d.sum().item<double>(),
+      a.sum().item<double>(),                d.mean().item<double>(),
+      a.mean().item<double>(),               d.var(false).item<double>(),
+      d.std(false).item<double>(),           d.min().item<double>(),
+      d.max().item<double>(),                a.max().item<double>(),
+      t.eq(0).sum().item<double>() / n,      t.gt(0).sum().item<double>() / n,
+      t.lt(0).sum().item<double>() / n,      t.isnan().sum().item<double>() / n,
+      t.isinf().sum().item<double>() / n,    t.isnan().sum().item<double>(),
+      t.isinf().sum().item<double>(),
+  };
+  benchmark::DoNotOptimize(stats);
+}
+
+// Double accumulation, as Vigil does.
 void BM_Stats64MiB_TorchAllStats(benchmark::State& state) {
   torch::set_num_threads(1);
   const auto& t = big();
-  for (auto _ : state) {
-    auto d = t.to(torch::kDouble);  // double accumulation, as Vigil does
-    auto a = d.abs();
-    const double n = static_cast<double>(t.numel());
-    const double stats[] = {
-        torch::norm(d).item<double>(),         d.sum().item<double>(),
-        a.sum().item<double>(),                d.mean().item<double>(),
-        a.mean().item<double>(),               d.var(false).item<double>(),
-        d.std(false).item<double>(),           d.min().item<double>(),
-        d.max().item<double>(),                a.max().item<double>(),
-        t.eq(0).sum().item<double>() / n,      t.gt(0).sum().item<double>() / n,
-        t.lt(0).sum().item<double>() / n,      t.isnan().sum().item<double>() / n,
-        t.isinf().sum().item<double>() / n,    t.isnan().sum().item<double>(),
-        t.isinf().sum().item<double>(),
-    };
-    benchmark::DoNotOptimize(stats);
-  }
+  for (auto _ : state) torch_all_stats(t.to(torch::kDouble), t);
   set_bytes(state);
 }
 
-// The same with float32 accumulation (what `t.norm()` etc. do by default):
-// cheaper, but loses precision on large tensors.
+// float32 accumulation (what `t.norm()` etc. do by default): cheaper, but
+// loses precision on large tensors.
 void BM_Stats64MiB_TorchAllStatsFloat(benchmark::State& state) {
   torch::set_num_threads(1);
   const auto& t = big();
-  for (auto _ : state) {
-    auto a = t.abs();
-    const double n = static_cast<double>(t.numel());
-    const double stats[] = {
-        torch::norm(t).item<double>(),         t.sum().item<double>(),
-        a.sum().item<double>(),                t.mean().item<double>(),
-        a.mean().item<double>(),               t.var(false).item<double>(),
-        t.std(false).item<double>(),           t.min().item<double>(),
-        t.max().item<double>(),                a.max().item<double>(),
-        t.eq(0).sum().item<double>() / n,      t.gt(0).sum().item<double>() / n,
-        t.lt(0).sum().item<double>() / n,      t.isnan().sum().item<double>() / n,
-        t.isinf().sum().item<double>() / n,    t.isnan().sum().item<double>(),
-        t.isinf().sum().item<double>(),
-    };
-    benchmark::DoNotOptimize(stats);
-  }
+  for (auto _ : state) torch_all_stats(t, t);
   set_bytes(state);
 }
 
