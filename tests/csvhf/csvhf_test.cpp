@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/files.hpp"
 #include "vigil/trace.hpp"
 
 namespace {
@@ -323,12 +324,6 @@ const SeriesExpect kSeries[] = {
     {"huggingface/whisper_tiny_100k_healthy/trainer_state.json", "train", "train_steps_per_second", 1, 100000, 100000, 0.16, 0.16},
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 struct ReadAll {
   std::vector<vigil::Observation> records;
@@ -360,25 +355,9 @@ struct Seen {
 
 bool same(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-// A file in a per-test temporary directory, removed at the end of the test.
-class CsvHfTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / (std::string("vigil_csvhf_") + info->name() + "_" +
-                                        std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string write(const std::string& name, const std::string& text) {
-    const auto path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary) << text;
-    return path;
-  }
-
-  fs::path dir_;
-};
+// Each test gets its own temporary directory (tests/support/files.hpp).
+using vigil::test::slurp;
+class CsvHfTest : public vigil::test::TempDirTest {};
 
 // Every real file: detected by content, read without error, with the expected
 // observations per mode, step range and per-series samples.

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "trace/tensorboard_record.hpp"
+#include "tests/support/files.hpp"
 #include "vigil/trace.hpp"
 
 namespace {
@@ -28,12 +29,6 @@ const fs::path data_dir = VIGIL_TB_TEST_DATA;
 const fs::path lightning_dir = data_dir / "lightning_lstm_textgen";
 const fs::path lightning_file = lightning_dir / "events.out.tfevents.1716735746.99c8c45923de.3769.0";
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 struct ReadAll {
   std::vector<vigil::Observation> records;
@@ -105,27 +100,9 @@ std::vector<std::size_t> record_starts(const std::string& bytes) {
   return starts;
 }
 
-// A per-test temporary directory, removed at the end of the test.
-class TbTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("vigil_tb_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string write(const std::string& name, const std::string& bytes) {
-    const auto path = dir_ / name;
-    fs::create_directories(path.parent_path());
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path.string();
-  }
-
-  fs::path dir_;
-};
+// Each test gets its own temporary directory (tests/support/files.hpp).
+using vigil::test::slurp;
+class TbTest : public vigil::test::TempDirTest {};
 
 // ---- protobuf wire format, by hand ------------------------------------------
 

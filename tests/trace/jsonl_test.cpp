@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/files.hpp"
 #include "vigil/trace.hpp"
 
 namespace {
@@ -21,32 +22,9 @@ namespace fs = std::filesystem;
 
 const fs::path data_dir = VIGIL_TRACE_TEST_DATA;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A file in a per-test temporary directory, removed at the end of the test.
-class JsonlTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / (std::string("vigil_trace_") + info->name() + "_" +
-                                        std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string write(const std::string& name, const std::string& text) {
-    const auto path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary) << text;
-    return path;
-  }
-
-  fs::path dir_;
-};
+// Each test gets its own temporary directory (tests/support/files.hpp).
+using vigil::test::slurp;
+class JsonlTest : public vigil::test::TempDirTest {};
 
 struct ReadAll {
   std::vector<vigil::Observation> records;
