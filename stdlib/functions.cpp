@@ -314,7 +314,10 @@ constexpr Param rng(std::string_view n) { return {n, T::range}; }
 
 FunctionDef ew(std::string_view name, std::vector<Param> ps, ElementwiseKernel k,
                std::string_view doc, std::string_view ex, T result = T::number) {
-  FunctionDef d{name, FnKind::elementwise, std::move(ps)};
+  FunctionDef d;
+  d.name = name;
+  d.kind = FnKind::elementwise;
+  d.params = std::move(ps);
   d.elementwise = k;
   d.result = result;
   d.doc = doc;
@@ -323,7 +326,10 @@ FunctionDef ew(std::string_view name, std::vector<Param> ps, ElementwiseKernel k
 }
 FunctionDef agg(std::string_view name, AggregateKernel k, std::string_view doc,
                 std::string_view ex, T arg = T::number, T result = T::number) {
-  FunctionDef d{name, FnKind::aggregate, {{"v", arg}}};
+  FunctionDef d;
+  d.name = name;
+  d.kind = FnKind::aggregate;
+  d.params = {{"v", arg}};
   d.aggregate = k;
   d.result = result;
   d.doc = doc;
@@ -333,7 +339,10 @@ FunctionDef agg(std::string_view name, AggregateKernel k, std::string_view doc,
 FunctionDef rf(std::string_view name, std::vector<Param> ps, RangeKernel k, std::size_t min_n,
                std::string_view doc, std::string_view ex, T result = T::number,
                std::string_view warmup = {}) {
-  FunctionDef d{name, FnKind::range, std::move(ps)};
+  FunctionDef d;
+  d.name = name;
+  d.kind = FnKind::range;
+  d.params = std::move(ps);
   d.range = k;
   d.min_samples = min_n;
   d.result = result;
@@ -345,7 +354,10 @@ FunctionDef rf(std::string_view name, std::vector<Param> ps, RangeKernel k, std:
 FunctionDef sf(std::string_view name, std::vector<Param> ps, StatefulKernel k,
                std::string_view doc, std::string_view ex, std::string_view warmup,
                T result = T::number) {
-  FunctionDef d{name, FnKind::stateful, std::move(ps)};
+  FunctionDef d;
+  d.name = name;
+  d.kind = FnKind::stateful;
+  d.params = std::move(ps);
   d.stateful = k;
   d.result = result;
   d.doc = doc;

@@ -131,9 +131,18 @@ void warn_missing_series(const vigil::Program& program, const std::string& trace
   print_err(vigil::format_diagnostics(warnings, program.sources()));
 }
 
+namespace {
+// rulecheck records actions, never executes them.
+vigil::EngineOptions recording() {
+  vigil::EngineOptions options;
+  options.unbound = vigil::UnboundActions::record;
+  return options;
+}
+}  // namespace
+
 Replay::Replay(const vigil::Program& program, std::string trace)
     : trace_(std::move(trace)),
-      engine_(program, {.unbound = vigil::UnboundActions::record}) {}  // records, never executes
+      engine_(program, recording()) {}
 
 void Replay::intern(const vigil::Observation& obs) {
   samples_.clear();
