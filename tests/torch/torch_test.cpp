@@ -222,7 +222,9 @@ TEST(TorchCheckpoint, RollbackTargets) {
   Rig rig(dir.string(), {.keep_last = 10});
   for (int s = 1; s <= 40; ++s) {
     rig.step(s);
-    if (s % 10 == 0) ASSERT_FALSE(rig.monitor->checkpoint(s).empty());
+    if (s % 10 == 0) {
+      ASSERT_FALSE(rig.monitor->checkpoint(s).empty());
+    }
   }
   std::string error;
   EXPECT_EQ(rig.monitor->rollback("15", 40, &error), 20) << error;  // newest <= 25
