@@ -16,40 +16,22 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/files.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+
+using vigil::test::Result;
+using vigil::test::slurp;
 
 // Runs `rulecheck ARGS` (ARGS is shell text) in the data directory.
 Result rulecheck(const std::string& args) {
-  const fs::path tmp = fs::temp_directory_path();
-  const std::string tag = std::to_string(::getpid());
-  const fs::path out = tmp / ("vigil_cli_out_" + tag), err = tmp / ("vigil_cli_err_" + tag);
-  const std::string cmd = "cd '" VIGIL_CLI_TEST_DATA "' && '" RULECHECK_PATH "' " + args + " >'" +
-                          out.string() + "' 2>'" + err.string() + "'";
-  const int raw = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  fs::remove(out);
-  fs::remove(err);
-  return r;
+  return vigil::test::run_shell(VIGIL_CLI_TEST_DATA, "'" RULECHECK_PATH "' " + args);
 }
 
 std::vector<nlohmann::ordered_json> json_lines(const std::string& text) {

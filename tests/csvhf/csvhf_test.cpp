@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/files.hpp"
+#include "tests/support/traces.hpp"
 #include "vigil/trace.hpp"
 
 namespace {
@@ -324,27 +325,9 @@ const SeriesExpect kSeries[] = {
     {"huggingface/whisper_tiny_100k_healthy/trainer_state.json", "train", "train_steps_per_second", 1, 100000, 100000, 0.16, 0.16},
 };
 
-
-struct ReadAll {
-  std::vector<vigil::Observation> records;
-  std::optional<vigil::TraceError> error;
-  std::string describe;
-};
-
-ReadAll read_all(const std::string& path, const vigil::TraceOptions& options = {}) {
-  ReadAll r;
-  vigil::TraceError open_error;
-  auto reader = vigil::open_trace(path, open_error, options);
-  if (!reader) {
-    r.error = open_error;
-    return r;
-  }
-  r.describe = reader->describe();
-  vigil::Observation obs;
-  while (reader->next(obs)) r.records.push_back(obs);
-  r.error = reader->error();
-  return r;
-}
+using vigil::test::drain;
+using vigil::test::read_all;
+using vigil::test::ReadAll;
 
 // Same as SeriesExpect, computed from what the reader returned.
 struct Seen {

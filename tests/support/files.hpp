@@ -3,7 +3,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
@@ -41,5 +44,34 @@ class TempDirTest : public ::testing::Test {
 
   std::filesystem::path dir_;
 };
+
+}  // namespace vigil::test
+
+namespace vigil::test {
+
+/// Exit status and captured output of a shell command.
+struct Result {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+/// Runs `command` (shell text) with /bin/sh in `dir`, stdin from /dev/null,
+/// and returns its status (128 + signal if killed) and output.
+inline Result run_shell(const std::filesystem::path& dir, const std::string& command) {
+  const auto tmp = std::filesystem::temp_directory_path();
+  const std::string tag = std::to_string(::getpid());
+  const auto out = tmp / ("vigil_run_out_" + tag), err = tmp / ("vigil_run_err_" + tag);
+  const std::string cmd = "cd '" + dir.string() + "' && " + command + " >'" + out.string() +
+                          "' 2>'" + err.string() + "' </dev/null";
+  const int raw = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
 
 }  // namespace vigil::test

@@ -19,6 +19,7 @@
 
 #include "trace/tensorboard_record.hpp"
 #include "tests/support/files.hpp"
+#include "tests/support/traces.hpp"
 #include "vigil/trace.hpp"
 
 namespace {
@@ -29,38 +30,10 @@ const fs::path data_dir = VIGIL_TB_TEST_DATA;
 const fs::path lightning_dir = data_dir / "lightning_lstm_textgen";
 const fs::path lightning_file = lightning_dir / "events.out.tfevents.1716735746.99c8c45923de.3769.0";
 
-
-struct ReadAll {
-  std::vector<vigil::Observation> records;
-  std::optional<vigil::TraceError> error;
-  std::uint64_t position = 0, size = 0;
-};
-
-void drain(vigil::TraceReader& reader, ReadAll& r) {
-  vigil::Observation obs;
-  while (reader.next(obs)) r.records.push_back(obs);
-  r.error = reader.error();
-  r.position = reader.position();
-  r.size = reader.size();
-}
-
-ReadAll read_all(const std::string& path) {
-  ReadAll r;
-  vigil::TraceError open_error;
-  auto reader = vigil::open_trace(path, open_error);
-  if (!reader) {
-    r.error = open_error;
-    return r;
-  }
-  drain(*reader, r);
-  return r;
-}
-
-std::optional<double> value_of(const vigil::Observation& obs, const std::string& key) {
-  for (const auto& [k, v] : obs.values)
-    if (k == key) return v;
-  return std::nullopt;
-}
+using vigil::test::drain;
+using vigil::test::read_all;
+using vigil::test::ReadAll;
+using vigil::test::value_of;
 
 // Per-series summary, in reading order.
 struct Series {

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/files.hpp"
+#include "tests/support/traces.hpp"
 #include "vigil/trace.hpp"
 
 namespace {
@@ -26,33 +27,10 @@ const fs::path data_dir = VIGIL_TRACE_TEST_DATA;
 using vigil::test::slurp;
 class JsonlTest : public vigil::test::TempDirTest {};
 
-struct ReadAll {
-  std::vector<vigil::Observation> records;
-  std::optional<vigil::TraceError> error;
-  std::uint64_t position = 0, size = 0;
-};
-
-ReadAll read_all(const std::string& path) {
-  ReadAll r;
-  vigil::TraceError open_error;
-  auto reader = vigil::open_trace(path, open_error);
-  if (!reader) {
-    r.error = open_error;
-    return r;
-  }
-  vigil::Observation obs;
-  while (reader->next(obs)) r.records.push_back(obs);
-  r.error = reader->error();
-  r.position = reader->position();
-  r.size = reader->size();
-  return r;
-}
-
-std::optional<double> value_of(const vigil::Observation& obs, const std::string& key) {
-  for (const auto& [k, v] : obs.values)
-    if (k == key) return v;
-  return std::nullopt;
-}
+using vigil::test::drain;
+using vigil::test::read_all;
+using vigil::test::ReadAll;
+using vigil::test::value_of;
 
 TEST(JsonlReal, KerasImdbFit) {
   const auto r = read_all((data_dir / "keras_imdb_fit1.jsonl").string());

@@ -13,17 +13,15 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+
+#include "tests/support/files.hpp"
 #include <string>
 #include <thread>
 
 namespace watch_test {
 
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using vigil::test::slurp;
+
 
 /// A shell command running in the background with stdout and stderr in files.
 class Child {

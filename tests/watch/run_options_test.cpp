@@ -18,30 +18,15 @@ using watch_test::slurp;
 
 const fs::path data_dir = VIGIL_WATCH_TEST_DATA;
 
-struct Result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+
+using vigil::test::Result;
 
 // Runs `SHELL_COMMAND` in the data directory; RULECHECK in it is the binary.
 Result shell(std::string command) {
-  const fs::path tmp = fs::temp_directory_path();
-  const std::string tag = std::to_string(::getpid());
-  const fs::path out = tmp / ("vigil_runopt_out_" + tag), err = tmp / ("vigil_runopt_err_" + tag);
   for (auto pos = command.find("RULECHECK"); pos != std::string::npos;
        pos = command.find("RULECHECK", pos))
     command.replace(pos, 9, "'" RULECHECK_PATH "'");
-  const std::string cmd = "cd '" + data_dir.string() + "' && " + command + " >'" + out.string() +
-                          "' 2>'" + err.string() + "' </dev/null";
-  const int raw = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  fs::remove(out);
-  fs::remove(err);
-  return r;
+  return vigil::test::run_shell(data_dir, command);
 }
 
 // "rule@step trace" of each JSON firing.
