@@ -166,6 +166,7 @@ struct Clauses {
   ExprPtr when;  // null for `use` without a when override
   ExprPtr for_;
   ExprPtr after;
+  ExprPtr until;
   ExprPtr every;
   ExprPtr cooldown;
   std::optional<std::string> severity;  // the word as written

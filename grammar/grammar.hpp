@@ -60,6 +60,7 @@ struct kw_when : kw<'w', 'h', 'e', 'n'> {};
 struct kw_for : kw<'f', 'o', 'r'> {};
 struct kw_after : kw<'a', 'f', 't', 'e', 'r'> {};
 struct kw_every : kw<'e', 'v', 'e', 'r', 'y'> {};
+struct kw_until : kw<'u', 'n', 't', 'i', 'l'> {};
 struct kw_cooldown : kw<'c', 'o', 'o', 'l', 'd', 'o', 'w', 'n'> {};
 struct kw_severity : kw<'s', 'e', 'v', 'e', 'r', 'i', 't', 'y'> {};
 struct kw_in : kw<'i', 'n'> {};
@@ -81,7 +82,7 @@ struct kw_true : kw<'t', 'r', 'u', 'e'> {};
 struct kw_false : kw<'f', 'a', 'l', 's', 'e'> {};
 
 // keyword = "rule" | "when" | ... (words that cannot be bare identifiers) ;
-// The clause words (for, after, every, cooldown, severity, in) are not
+// The clause words (for, after, until, every, cooldown, severity, in) are not
 // reserved: a clause only starts where an expression has ended, so they stay
 // usable as names — `reduce_lr_on_plateau(cooldown = 2)` needs that.
 struct keyword : sor<kw_rule, kw_when, kw_do, kw_use, kw_as, kw_import, kw_param, kw_let, kw_action,
@@ -307,16 +308,17 @@ struct clause_duration
     : sor<clause_duration_value, seq<number_text, ws, must<unit_word>>> {};
 struct for_clause : seq<kw_for, ws, must<clause_duration>> {};
 struct after_clause : seq<kw_after, ws, must<clause_duration>> {};
+struct until_clause : seq<kw_until, ws, must<clause_duration>> {};
 struct every_clause : seq<kw_every, ws, must<clause_duration>> {};
 struct cooldown_clause : seq<kw_cooldown, ws, must<clause_duration>> {};
 struct severity_word : name {};
 struct severity_clause : seq<kw_severity, ws, must<severity_word>> {};
 struct mode_word : name {};
 struct in_clause : seq<kw_in, ws, must<mode_word>> {};
-// clause = "for" dur | "after" dur | "every" dur | "cooldown" dur
+// clause = "for" dur | "after" dur | "until" dur | "every" dur | "cooldown" dur
 //        | "severity" name | "in" name ;
-struct clause : sor<for_clause, after_clause, every_clause, cooldown_clause, severity_clause,
-                    in_clause> {};
+struct clause : sor<for_clause, after_clause, until_clause, every_clause, cooldown_clause,
+                    severity_clause, in_clause> {};
 
 // escalate = "escalate" "after" (number | name) "within" duration do ;
 struct escalate_kw : kw_escalate {};

@@ -588,6 +588,8 @@ struct action<g::for_clause> : set_duration_clause<&ast::Clauses::for_> {};
 template <>
 struct action<g::after_clause> : set_duration_clause<&ast::Clauses::after> {};
 template <>
+struct action<g::until_clause> : set_duration_clause<&ast::Clauses::until> {};
+template <>
 struct action<g::every_clause> : set_duration_clause<&ast::Clauses::every> {};
 template <>
 struct action<g::cooldown_clause> : set_duration_clause<&ast::Clauses::cooldown> {};
@@ -1018,7 +1020,7 @@ std::string suggest_keyword(std::string_view text, std::uint32_t at, std::string
   while (e < text.size() && is_ident_char(text[e])) ++e;
   const std::string_view word = text.substr(at, e - at);
   if (message == g::error_message<g::do_clause>) {
-    return closest_match(word, {"do", "for", "after", "every", "cooldown", "severity", "in"});
+    return closest_match(word, {"do", "for", "after", "until", "every", "cooldown", "severity", "in"});
   }
   if (message == g::error_message<g::statement>) {
     return closest_match(word, {"rule", "when", "use", "param", "let", "import", "action", "alias"});

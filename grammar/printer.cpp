@@ -279,6 +279,7 @@ void print_clauses(std::string& out, const ast::Clauses& c, const char* sep) {
   clause("when", c.when);
   clause("for", c.for_);
   clause("after", c.after);
+  clause("until", c.until);
   clause("every", c.every);
   clause("cooldown", c.cooldown);
   if (c.severity) out += std::string(sep) + "severity " + *c.severity;

@@ -572,6 +572,7 @@ class Checker {
     };
     dur(&ast::Clauses::for_, "for", out.for_);
     dur(&ast::Clauses::after, "after", out.after);
+    dur(&ast::Clauses::until, "until", out.until);
     dur(&ast::Clauses::every, "every", out.every);
     dur(&ast::Clauses::cooldown, "cooldown", out.cooldown);
     if (out.every && out.every->amount <= 0) {
@@ -1028,6 +1029,7 @@ class Checker {
           continue;
         }
         auto want = p.type == ArgType::boolean ? ir::Type::boolean : ir::Type::number;
+        if (fn->kind == FnKind::fallback) want = a->type;  // either kind; checked below
         if (fn->kind == FnKind::aggregate && a->type == ir::Type::boolean &&
             fn->params[0].type == ArgType::number) {
           // count(x > 1) counts the true elements: the boolean overload.
@@ -1052,7 +1054,17 @@ class Checker {
     }
     if (!ok) return nullptr;
     if (fn->kind == FnKind::aggregate) out->vector = false;
-    if (fn->kind == FnKind::range) out->vector = true;
+    if (fn->kind == FnKind::range)
+      out->vector = out->selector.name.empty() ? out->args[0]->vector : true;
+    if (fn->kind == FnKind::fallback) {
+      // default(x, v): x and v of one type, the result of that type.
+      if (out->args[0]->type != out->args[1]->type) {
+        error("type", file, e.range,
+              "default(x, v) needs x and v of one kind: both numbers or both conditions");
+        return nullptr;
+      }
+      out->type = out->args[0]->type;
+    }
     return out;
   }
 
@@ -1127,12 +1139,51 @@ class Checker {
     return std::nullopt;
   }
 
+  /// Whether `e` names a series (through lets and template arguments) rather
+  /// than computing something: `loss`, `grad{layer="a"}`, `grad.norm`, a param.
+  bool names_series(const ast::Expr& e, const Scope& scope, std::uint32_t file) {
+    const auto& node = resolve(e, scope, file).expr->node;
+    return std::holds_alternative<ast::Name>(node) || std::holds_alternative<ast::Selector>(node) ||
+           std::holds_alternative<ast::Member>(node);
+  }
+
+  static bool reads_series(const ir::Node& n) {
+    if (n.op == ir::Op::selector || !n.selector.name.empty()) return true;
+    return std::any_of(n.args.begin(), n.args.end(), [](const auto& a) { return reads_series(*a); });
+  }
+
   bool range_arg(ir::Node& out, const ast::Expr& arg, const Scope& scope, std::uint32_t file) {
     Binding b = resolve(arg, scope, file);
     const auto& sub = std::get<ast::Subscript>(b.expr->node);
-    auto sel = series_ref(*sub.base, *b.scope, b.file, "a series to range over");
-    if (!sel) return false;
-    out.selector = std::move(*sel);
+    if (names_series(*sub.base, *b.scope, b.file)) {
+      auto sel = series_ref(*sub.base, *b.scope, b.file, "a series to range over");
+      if (!sel) return false;
+      out.selector = std::move(*sel);
+    } else {
+      // A range over an expression: its values at the observations where it
+      // has a new sample, kept per label set.
+      auto x = expr(*sub.base, *b.scope, b.file);
+      if (!x) return false;
+      if (!reads_series(*x)) {
+        error("range", b.file, sub.base->range,
+              "a range needs an expression that reads a series, e.g. (loss > 2)[10]");
+        return false;
+      }
+      if (x->type == ir::Type::boolean) {
+        const FunctionDef* cond = nullptr;
+        for (const auto* d : stdlib::standard_functions().lookup(out.fn->name))
+          if (!d->params.empty() && d->params[0].type == ArgType::condition_range) cond = d;
+        if (!cond) {
+          error("type", b.file, sub.base->range,
+                fmt::format("{} needs a range of numbers; over a range of a condition only "
+                            "count(...) is defined (the samples where it held)",
+                            out.fn->name));
+          return false;
+        }
+        out.fn = cond;
+      }
+      out.args.insert(out.args.begin(), std::move(x));
+    }
     auto size = const_eval(*sub.size, *b.scope, b.file);
     if (size && std::holds_alternative<double>(size->v))
       size = Const{ir::Dur{ir::Unit::samples, std::get<double>(size->v)}};

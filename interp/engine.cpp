@@ -138,6 +138,14 @@ struct History {
   }
 };
 
+/// The values of an expression that a range reads (`(x > 1)[10]`), for one
+/// label set.
+struct ExprHistory {
+  std::uint32_t labels = 0;
+  History hist;
+  std::uint64_t stamp = 0;  // observation number of the newest sample
+};
+
 struct Series {
   std::string name;
   std::uint32_t labels = 0;
@@ -291,6 +299,7 @@ struct Engine::Impl {
 
   std::vector<Column> columns;                     // per plan node
   std::vector<std::vector<StatefulSlot>> slots;    // per stateful node, by label id
+  std::vector<std::vector<ExprHistory>> expr_hist;  // per range-over-expression node, by labels
   std::vector<RuleState> rules;
   std::vector<Firing> firings;
   std::vector<double> scratch, gather_v;
@@ -313,6 +322,7 @@ struct Engine::Impl {
     members.resize(plan->selectors.size());
     columns.resize(plan->nodes.size());
     slots.resize(plan->nodes.size());
+    expr_hist.resize(plan->nodes.size());
     rules.resize(plan->rules.size());
     for (std::size_t i = 0; i < plan->nodes.size(); ++i) {
       const auto& n = plan->nodes[i];
@@ -423,18 +433,32 @@ struct Engine::Impl {
   // ---- ingest ---------------------------------------------------------------
 
   /// Whether the oldest held sample must survive the next push.
-  bool still_needed(const Series& s) const {
-    const auto& h = s.hist;
-    if (h.size < s.need.count) return true;
-    std::size_t p = h.at(0);
+  bool still_needed(const History& h, const interp::Retention& need) const {
+    if (h.size < need.count) return true;
+    // `before` needs the newest sample outside a step/time window: the
+    // oldest may go only once the next one is outside it too.
+    std::size_t p = h.at(need.preceding && h.size > 1 ? 1 : 0);
     // A later observation of another mode may have a lower step than this
     // one, so step windows keep what the lowest current step of any mode
     // seen so far could still reach.
-    if (s.need.steps > 0 && static_cast<double>(h.step[p]) > static_cast<double>(low_step) - s.need.steps)
+    if (need.steps > 0 && static_cast<double>(h.step[p]) > static_cast<double>(low_step) - need.steps)
       return true;
-    if (s.need.seconds > 0 && h.time[p] > last_time - s.need.seconds) return true;
-    if (s.need.evals > 0 && h.mode[p] == 1 && h.evals <= s.need.evals) return true;
+    if (need.seconds > 0 && h.time[p] > last_time - need.seconds) return true;
+    if (need.evals > 0 && h.mode[h.at(0)] == 1 && h.evals <= need.evals) return true;
     return false;
+  }
+
+  /// Appends a sample of this observation, growing the buffer while the
+  /// oldest sample is still needed (warm-up; bounded at 2^24 samples).
+  void push(History& h, const interp::Retention& need, double v) {
+    if (h.size == h.cap) {
+      if (still_needed(h, need) && h.cap < (std::size_t{1} << 24))
+        h.reserve(h.cap * 2);
+      else if (h.mode[h.at(0)] == 1)
+        --h.evals;
+    }
+    h.put(v, step, time, mode);
+    if (mode == 1) ++h.evals;
   }
 
   void ingest(const Sample& smp) {
@@ -446,14 +470,7 @@ struct Engine::Impl {
       h.value[p] = h.value[p + h.cap] = smp.value;
       return;
     }
-    if (h.size == h.cap) {
-      if (still_needed(s) && h.cap < (std::size_t{1} << 24))
-        h.reserve(h.cap * 2);
-      else if (h.mode[h.at(0)] == 1)
-        --h.evals;
-    }
-    h.put(smp.value, step, time, mode);
-    if (mode == 1) ++h.evals;
+    push(h, s.need, smp.value);
     s.stamp = obs;
     if (epoch_series && *epoch_series == smp.series) epoch = smp.value;
   }
@@ -467,7 +484,7 @@ struct Engine::Impl {
   bool touched(std::uint32_t id) const {
     const PlanNode& n = plan->nodes[id];
     if (force || n.time_dependent) return true;
-    if (n.op == ir::Op::selector || n.op == ir::Op::range_call) {
+    if (n.selector != no_node) {
       for (SeriesId s : members[n.selector])
         if (series[s].stamp == obs) return true;
       return false;
@@ -485,10 +502,17 @@ struct Engine::Impl {
       out.clear();
       switch (n.op) {
         case ir::Op::selector: eval_selector(n, out); break;
-        case ir::Op::range_call: eval_range(n, out); break;
+        case ir::Op::range_call:
+          if (n.selector == no_node)
+            eval_expr_range(id, n, out);
+          else
+            eval_range(n, out);
+          break;
         case ir::Op::call:
           if (n.fn->kind == stdlib::FnKind::aggregate)
             eval_aggregate(n, out);
+          else if (n.fn->kind == stdlib::FnKind::fallback)
+            eval_fallback(n, out);
           else if (n.fn->kind == stdlib::FnKind::stateful)
             eval_stateful(id, n, out);
           else
@@ -511,8 +535,7 @@ struct Engine::Impl {
   /// The window of `s` for `w`, as a contiguous span (gathered for evals).
   /// The window of `s` for `w`, in time order: a span of the ring buffer
   /// when the samples are contiguous there, else gathered.
-  stdlib::Window window(const Series& s, const ir::Dur& w) {
-    const auto& h = s.hist;
+  stdlib::Window window(const History& h, const ir::Dur& w) {
     const stdlib::Window none{nullptr, nullptr, 0, nullptr};
     // Held samples are contiguous from at(0) thanks to the mirror.
     const std::size_t base = h.size ? h.at(0) : 0;
@@ -580,13 +603,91 @@ struct Engine::Impl {
     return {gather_v.data(), gather_s.data(), gather_v.size(), scratch.data()};
   }
 
+  /// The newest held sample older than window `w` (`before(x[w])`), as a
+  /// window of one sample; empty if there is none.
+  stdlib::Window preceding(const History& h, const ir::Dur& w) {
+    const stdlib::Window none{nullptr, nullptr, 0, nullptr};
+    auto one = [&](std::size_t p) {
+      gather_v.assign(1, h.value[p]);
+      gather_s.assign(1, h.step[p]);
+      if (scratch.size() < 2) scratch.resize(2);
+      return stdlib::Window{gather_v.data(), gather_s.data(), 1, scratch.data()};
+    };
+    // Newest first: the first sample outside the window that `outside` names.
+    auto newest_where = [&](auto outside) {
+      for (std::size_t i = h.size; i-- > 0;)
+        if (outside(h.at(i))) return one(h.at(i));
+      return none;
+    };
+    switch (w.unit) {
+      case ir::Unit::samples: {
+        const auto n = static_cast<std::size_t>(w.amount);
+        return h.size > n ? one(h.at(h.size - 1 - n)) : none;
+      }
+      case ir::Unit::steps:
+        return newest_where([&](std::size_t p) {
+          return static_cast<double>(h.step[p]) <= static_cast<double>(step) - w.amount;
+        });
+      case ir::Unit::seconds:
+        if (std::isnan(time)) return none;
+        return newest_where([&](std::size_t p) { return h.time[p] <= time - w.amount; });
+      case ir::Unit::evals: {
+        std::size_t seen = 0;
+        return newest_where([&](std::size_t p) {
+          return h.mode[p] == 1 && seen++ == static_cast<std::size_t>(w.amount);
+        });
+      }
+      case ir::Unit::epochs: return none;
+    }
+    return none;
+  }
+
+  /// One range function over one history: pushes its value if defined.
+  void reduce(const PlanNode& n, const History& h, std::uint32_t labels, bool fresh, Column& out) {
+    auto w = n.fn->preceding ? preceding(h, n.window) : window(h, n.window);
+    if (w.n == 0 || w.n < n.fn->min_samples) return;
+    out.push(labels, n.fn->range(w, n.const_args), fresh);
+  }
+
   void eval_range(const PlanNode& n, Column& out) {
     for (SeriesId sid : members[n.selector]) {
       const Series& s = series[sid];
-      auto w = window(s, n.window);
-      if (w.n == 0 || w.n < n.fn->min_samples) continue;
-      out.push(s.labels, n.fn->range(w, n.const_args), s.stamp == obs);
+      reduce(n, s.hist, s.labels, s.stamp == obs, out);
     }
+  }
+
+  /// A range over an expression: its fresh values join the per-label
+  /// histories, then each history is reduced like a series' window.
+  void eval_expr_range(std::uint32_t id, const PlanNode& n, Column& out) {
+    auto& hs = expr_hist[id];
+    const std::uint32_t in = n.inputs[0];
+    const Column& c = columns[in];
+    if (c.computed == obs) {
+      for (std::size_t i = 0; i < c.values.size(); ++i) {
+        if (!c.fresh[i]) continue;
+        auto it = std::lower_bound(hs.begin(), hs.end(), c.labels[i],
+                                   [](const ExprHistory& h, std::uint32_t l) { return h.labels < l; });
+        if (it == hs.end() || it->labels != c.labels[i]) {
+          ExprHistory fresh;
+          fresh.labels = c.labels[i];
+          fresh.hist.reserve(std::max<std::size_t>(n.history.count, 2));
+          it = hs.insert(it, std::move(fresh));
+        }
+        push(it->hist, n.history, c.values[i]);
+        it->stamp = obs;
+      }
+    }
+    for (const auto& h : hs) reduce(n, h.hist, h.labels, h.stamp == obs, out);
+  }
+
+  /// default(x, v): x's elements if it has any, else v's.
+  void eval_fallback(const PlanNode& n, Column& out) {
+    const bool has_x = !columns[n.inputs[0]].values.empty();
+    const std::uint32_t from = n.inputs[has_x ? 0 : 1];
+    const Column& c = columns[from];
+    out.labels.assign(c.labels.begin(), c.labels.end());
+    out.values.assign(c.values.begin(), c.values.end());
+    copy_fresh(from, out);
   }
 
   void eval_aggregate(const PlanNode& n, Column& out) {
@@ -690,18 +791,28 @@ struct Engine::Impl {
     }
   }
 
+  /// A vector whose only element has no labels (`loss`): it pairs with
+  /// every element of a labelled vector, as a scalar would.
+  [[nodiscard]] bool lone(std::uint32_t in) const {
+    const Column& c = columns[in];
+    return c.labels.size() == 1 && c.labels[0] == 0;
+  }
+
   /// Elementwise over 1..k inputs: vectors are joined on identical label
-  /// sets, scalars broadcast.
+  /// sets; scalars, and vectors of one label-less element, broadcast.
   void eval_elementwise(const PlanNode& n, Column& out) {
     if (eval_operator(n, out)) return;
     const std::size_t k = n.inputs.size();
     std::uint32_t driver = no_node;
     for (auto in : n.inputs)
-      if (plan->nodes[in].vector) {
+      if (plan->nodes[in].vector && !lone(in)) {
         driver = in;
         break;
       }
+    for (auto in : n.inputs)
+      if (driver == no_node && plan->nodes[in].vector) driver = in;
     if (driver == no_node) driver = n.inputs[0];
+    const bool broadcast_lone = !lone(driver);
     const Column& d = columns[driver];
     for (std::size_t i = 0; i < d.values.size(); ++i) {
       const std::uint32_t label = d.labels[i];
@@ -710,7 +821,7 @@ struct Engine::Impl {
       for (auto in : n.inputs) {
         const Column& c = columns[in];
         std::size_t j;
-        if (!plan->nodes[in].vector) {
+        if (!plan->nodes[in].vector || (broadcast_lone && in != driver && lone(in))) {
           if (c.values.empty()) {
             ok = false;
             break;
@@ -743,26 +854,26 @@ struct Engine::Impl {
 
   // ---- rules ----------------------------------------------------------------
 
+  /// How far into the run this observation is, in `unit` (samples/evals:
+  /// the rule's evaluation opportunities before this one).
+  double progress(ir::Unit unit, std::uint64_t opportunity) const {
+    switch (unit) {
+      case ir::Unit::steps: return static_cast<double>(step);
+      case ir::Unit::samples:
+      case ir::Unit::evals: return static_cast<double>(opportunity);
+      case ir::Unit::seconds: return time - first_time;
+      case ir::Unit::epochs: return epoch;
+    }
+    return nan;
+  }
+
   bool gate(const interp::PlanRule& pr, RuleState& rs) {
     const ir::Rule& r = pr.rule;
-    if (r.after) {
-      const auto& a = *r.after;
-      switch (a.unit) {
-        case ir::Unit::steps:
-          if (static_cast<double>(step) < a.amount) return false;
-          break;
-        case ir::Unit::samples:
-        case ir::Unit::evals:
-          if (static_cast<double>(rs.opportunities++) < a.amount) return false;
-          break;
-        case ir::Unit::seconds:
-          if (!(time >= first_time + a.amount)) return false;
-          break;
-        case ir::Unit::epochs:
-          if (!(epoch >= a.amount)) return false;
-          break;
-      }
-    }
+    const std::uint64_t opportunity = rs.opportunities++;
+    // `after`: from this point on; `until`: only before it. NaN progress
+    // (no time or epoch yet) passes neither.
+    if (r.after && !(progress(r.after->unit, opportunity) >= r.after->amount)) return false;
+    if (r.until && !(progress(r.until->unit, opportunity) < r.until->amount)) return false;
     if (r.every) {
       const auto& e = *r.every;
       switch (e.unit) {
@@ -894,7 +1005,7 @@ struct Engine::Impl {
     if (pr.value_node == no_node) return std::nullopt;
     const Column& c = columns[pr.value_node];
     if (c.values.empty()) return std::nullopt;
-    if (!plan->nodes[pr.value_node].vector) return c.values[0];
+    if (!plan->nodes[pr.value_node].vector || lone(pr.value_node)) return c.values[0];
     auto it = std::lower_bound(c.labels.begin(), c.labels.end(), label);
     if (it == c.labels.end() || *it != label) return std::nullopt;
     return c.values[static_cast<std::size_t>(it - c.labels.begin())];
@@ -1014,7 +1125,8 @@ struct Engine::Impl {
           out += fmt::format("    {} = {} (step {})\n", key, s.hist.value[s.hist.newest()],
                              s.hist.step[s.hist.newest()]);
         } else {
-          auto w = const_cast<Impl*>(this)->window(s, n.window);
+          auto* self = const_cast<Impl*>(this);
+          auto w = n.fn->preceding ? self->preceding(s.hist, n.window) : self->window(s.hist, n.window);
           std::string vals;
           const std::size_t from = w.n > 12 ? w.n - 12 : 0;
           if (from) vals += "... ";
@@ -1045,9 +1157,36 @@ struct Engine::Impl {
 
   // ---- state ----------------------------------------------------------------
 
+  static void save_history(Writer& w, const History& h) {
+    w.pod<std::uint64_t>(h.size);
+    for (std::size_t i = 0; i < h.size; ++i) {
+      std::size_t p = h.at(i);
+      w.pod(h.value[p]);
+      w.pod(h.step[p]);
+      w.pod(h.time[p]);
+      w.pod(h.mode[p]);
+    }
+  }
+
+  /// Reads what save_history wrote into an empty history of at least `cap`.
+  void restore_history(Reader& r, History& h, std::size_t cap) const {
+    auto size = r.count(8);
+    h = History{};
+    h.reserve(std::max<std::size_t>({cap, static_cast<std::size_t>(size), 2}));
+    for (std::uint64_t i = 0; i < size; ++i) {
+      double v = r.pod<double>();
+      auto st = r.pod<std::int64_t>();
+      double t = r.pod<double>();
+      auto m = r.pod<std::uint16_t>();
+      if (m >= modes.size()) throw Error("engine state is corrupt (mode)");
+      h.put(v, st, t, m);
+      if (m == 1) ++h.evals;
+    }
+  }
+
   std::string save() const {
     Writer w;
-    w.out = "VIGILST3";
+    w.out = "VIGILST4";
     w.pod(program.impl().fingerprint);
     w.pod<std::uint64_t>(modes.size());
     for (std::size_t i = 0; i < modes.size(); ++i) {
@@ -1060,14 +1199,7 @@ struct Engine::Impl {
     for (const auto& s : series) {
       w.str(format_series_key(s.name, *labelsets[s.labels]));
       w.pod(s.stamp);
-      w.pod<std::uint64_t>(s.hist.size);
-      for (std::size_t i = 0; i < s.hist.size; ++i) {
-        std::size_t p = s.hist.at(i);
-        w.pod(s.hist.value[p]);
-        w.pod(s.hist.step[p]);
-        w.pod(s.hist.time[p]);
-        w.pod(s.hist.mode[p]);
-      }
+      save_history(w, s.hist);
     }
     w.pod<std::uint64_t>(tensors.size());
     for (const auto& t : tensors) {
@@ -1087,6 +1219,14 @@ struct Engine::Impl {
     w.pod(mode);
     w.pod(stats);
     for (const auto& sl : slots) w.vec(sl);
+    for (const auto& hs : expr_hist) {
+      w.pod<std::uint64_t>(hs.size());
+      for (const auto& h : hs) {
+        w.pod(h.labels);
+        w.pod(h.stamp);
+        save_history(w, h.hist);
+      }
+    }
     for (const auto& r : rules) {
       w.vec(r.elems);
       w.pod(r.opportunities);
@@ -1104,7 +1244,7 @@ struct Engine::Impl {
   /// this engine's keys in id order, then takes the saved state by key
   /// (label-set ids are remapped the same way).
   void restore(std::string_view bytes) {
-    if (bytes.substr(0, 8) != "VIGILST3") throw Error("not a Vigil engine state");
+    if (bytes.substr(0, 8) != "VIGILST4") throw Error("not a Vigil engine state");
     Reader r{bytes.substr(8)};
     if (r.pod<std::uint64_t>() != program.impl().fingerprint)
       throw Error("engine state was saved by a different rule program");
@@ -1134,18 +1274,7 @@ struct Engine::Impl {
       if (!id) throw Error("engine state is corrupt (series)");
       Series& s = fresh.series[*id];
       s.stamp = r.pod<std::uint64_t>();
-      auto size = r.count(8);
-      s.hist = History{};
-      s.hist.reserve(std::max<std::size_t>({s.need.count, static_cast<std::size_t>(size), 2}));
-      for (std::uint64_t i = 0; i < size; ++i) {
-        double v = r.pod<double>();
-        auto st = r.pod<std::int64_t>();
-        double t = r.pod<double>();
-        auto m = r.pod<std::uint16_t>();
-        if (m >= fresh.modes.size()) throw Error("engine state is corrupt (mode)");
-        s.hist.put(v, st, t, m);
-        if (m == 1) ++s.hist.evals;
-      }
+      fresh.restore_history(r, s.hist, s.need.count);
     }
     for (auto n = r.count(); n-- > 0;) {
       auto id = fresh.intern_tensor(r.str());
@@ -1172,6 +1301,19 @@ struct Engine::Impl {
       for (std::size_t i = 0; i < saved.size(); ++i) into[label_map[i]] = saved[i];
     };
     for (auto& sl : fresh.slots) remap(r.vec<StatefulSlot>(), sl);
+    for (std::size_t id = 0; id < fresh.expr_hist.size(); ++id) {
+      auto& hs = fresh.expr_hist[id];
+      for (auto n = r.count(); n-- > 0;) {
+        ExprHistory h;
+        const auto saved = r.pod<std::uint32_t>();
+        if (saved >= label_map.size()) throw Error("engine state is corrupt (label state)");
+        h.labels = label_map[saved];
+        h.stamp = r.pod<std::uint64_t>();
+        fresh.restore_history(r, h.hist, plan->nodes[id].history.count);
+        hs.push_back(std::move(h));
+      }
+      std::sort(hs.begin(), hs.end(), [](const auto& a, const auto& b) { return a.labels < b.labels; });
+    }
     for (auto& rs : fresh.rules) {
       remap(r.vec<ElemState>(), rs.elems);
       rs.opportunities = r.pod<std::uint64_t>();

@@ -49,7 +49,8 @@ enum class Op {
   lt, le, gt, ge, eq, ne,
   and_, or_,
   call,      // elementwise / aggregate / stateful over `args`
-  range_call,  // range function over `selector`[`window`] (+ constant args)
+  range_call,  // range function over `selector`[`window`], or over the values
+               // of `args[0]` when the selector has no name (+ constant args)
 };
 
 enum class Type { number, boolean };
@@ -73,7 +74,7 @@ using NodePtr = std::unique_ptr<Node>;
 struct Rule {
   RuleInfo info;
   NodePtr condition;  // boolean
-  std::optional<Dur> for_, after, every, cooldown;
+  std::optional<Dur> for_, after, until, every, cooldown;
   /// Where each action is written: info.actions, then each escalation's.
   std::vector<std::pair<std::uint32_t, SourceRange>> action_sites;
   std::vector<Dur> escalation_within;  // parallel to info.escalations

@@ -21,13 +21,30 @@ namespace vigil::interp {
 
 inline constexpr std::uint32_t no_node = UINT32_MAX;
 
+/// How much history a series read through a selector must keep.
+struct Retention {
+  std::size_t count = 1;    // last N samples
+  double steps = 0;         // samples within N steps of the current one
+  double seconds = 0;       // samples within N seconds of now
+  std::size_t evals = 0;    // the last N eval-mode samples
+  /// Also the newest sample older than a step/time window (`before`).
+  bool preceding = false;
+
+  /// Widens this retention to cover `window` (read by `fn`).
+  void cover(const ir::Dur& window, const stdlib::FunctionDef& fn);
+};
+
 struct PlanNode {
   ir::Op op = ir::Op::constant;
   ir::Type type = ir::Type::number;
   bool vector = false;
   double constant = 0;
-  std::uint32_t selector = no_node;  // selector, range_call
+  /// selector; range_call over a series. A range_call without a selector
+  /// ranges over the values of its input expression `inputs[0]`, which the
+  /// executor keeps per label set (`history` says how many).
+  std::uint32_t selector = no_node;
   ir::Dur window;                    // range_call
+  Retention history;                 // range_call without a selector
   const stdlib::FunctionDef* fn = nullptr;
   std::vector<double> const_args;
   std::vector<std::uint32_t> inputs;
@@ -35,14 +52,6 @@ struct PlanNode {
   bool time_dependent = false;
   std::uint32_t file = 0;
   SourceRange range;
-};
-
-/// How much history a series read through a selector must keep.
-struct Retention {
-  std::size_t count = 1;    // last N samples
-  double steps = 0;         // samples within N steps of the current one
-  double seconds = 0;       // samples within N seconds of now
-  std::size_t evals = 0;    // the last N eval-mode samples
 };
 
 struct PlanSelector {

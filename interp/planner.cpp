@@ -33,6 +33,28 @@ double apply_binary(ir::Op op, double a, double b) {
   }
 }
 
+void Retention::cover(const ir::Dur& window, const stdlib::FunctionDef& fn) {
+  // `before(x[N])` reads the (N+1)-th newest sample.
+  const std::size_t extra = fn.preceding ? 1 : 0;
+  switch (window.unit) {
+    case ir::Unit::samples:
+      count = std::max(count, static_cast<std::size_t>(window.amount) + extra);
+      break;
+    case ir::Unit::evals:
+      evals = std::max(evals, static_cast<std::size_t>(window.amount) + extra);
+      break;
+    case ir::Unit::steps:
+      steps = std::max(steps, window.amount);
+      preceding |= fn.preceding;
+      break;
+    case ir::Unit::seconds:
+      seconds = std::max(seconds, window.amount);
+      preceding |= fn.preceding;
+      break;
+    case ir::Unit::epochs: break;  // rejected by the checker
+  }
+}
+
 bool PlanSelector::matches(std::string_view name,
                            const std::vector<std::pair<std::string, std::string>>& labels) const {
   if (name != selector.name) return false;
@@ -122,7 +144,7 @@ class Planner {
 
   void collect_leaves(std::uint32_t id, std::vector<std::uint32_t>& out) const {
     const auto& n = plan_.nodes[id];
-    if (n.op == ir::Op::selector || n.op == ir::Op::range_call) {
+    if (n.op == ir::Op::selector || (n.op == ir::Op::range_call && n.selector != no_node)) {
       if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
       return;
     }
@@ -159,7 +181,8 @@ class Planner {
     p.file = n.file;
     p.range = n.range;
     for (const auto& a : n.args) p.inputs.push_back(add(*a));
-    if (n.op == ir::Op::selector || n.op == ir::Op::range_call) p.selector = selector_id(n.selector);
+    if (n.op == ir::Op::selector || (n.op == ir::Op::range_call && !n.selector.name.empty()))
+      p.selector = selector_id(n.selector);
     fold(p);
 
     // Structural key: equal keys compute equal values (CSE).
@@ -174,24 +197,9 @@ class Planner {
     if (!added) return it->second;
 
     if (p.op == ir::Op::range_call) {
-      auto& r = plan_.selectors[p.selector].retention;
-      switch (p.window.unit) {
-        case ir::Unit::samples:
-          r.count = std::max(r.count, static_cast<std::size_t>(p.window.amount));
-          break;
-        case ir::Unit::evals:
-          r.evals = std::max(r.evals, static_cast<std::size_t>(p.window.amount));
-          break;
-        case ir::Unit::steps:
-          r.steps = std::max(r.steps, p.window.amount);
-          p.time_dependent = true;
-          break;
-        case ir::Unit::seconds:
-          r.seconds = std::max(r.seconds, p.window.amount);
-          p.time_dependent = true;
-          break;
-        case ir::Unit::epochs: break;  // rejected by the checker
-      }
+      auto& r = p.selector == no_node ? p.history : plan_.selectors[p.selector].retention;
+      r.cover(p.window, *p.fn);
+      p.time_dependent |= p.window.unit == ir::Unit::steps || p.window.unit == ir::Unit::seconds;
     }
     for (auto in : p.inputs) p.time_dependent |= plan_.nodes[in].time_dependent;
     plan_.nodes.push_back(std::move(p));

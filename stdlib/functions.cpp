@@ -132,6 +132,11 @@ double r_max(const Window& w, std::span<const double>) {
   return a_max({w.values, w.n});
 }
 double r_count(const Window& w, std::span<const double>) { return static_cast<double>(w.n); }
+double r_count_true(const Window& w, std::span<const double>) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < w.n; ++i) n += w.values[i] != 0 && !std::isnan(w.values[i]);
+  return static_cast<double>(n);
+}
 double r_var(const Window& w, std::span<const double>) {
   if (any_nan_in(w.values, w.n)) return nan;
   return mean_var(w.values, w.n).var();
@@ -409,6 +414,9 @@ std::vector<FunctionDef> make_defs() {
                  "sum(skipped[100 steps]) > 5"));
   d.push_back(rf("count", {rng("r")}, r_count, 1, "number of samples in the window",
                  "count(loss[10m]) < 1"));
+  d.push_back(rf("count", {{"c", T::condition_range}}, r_count_true, 1,
+                 "number of samples in the window where the condition held",
+                 "count((cpu_util > 90)[500]) > 250"));
   d.push_back(rf("std", {rng("r")}, r_std, 2, "population standard deviation",
                  "std(loss[100]) < 1e-4"));
   d.push_back(rf("var", {rng("r")}, r_var, 2, "population variance", "var(loss[100]) < 1e-8"));
@@ -422,6 +430,15 @@ std::vector<FunctionDef> make_defs() {
   }
   d.push_back(rf("first", {rng("r")}, r_first, 1, "oldest sample", "first(loss[100]) < last(loss[100])"));
   d.push_back(rf("last", {rng("r")}, r_last, 1, "newest sample", "last(lr[10]) == 0"));
+  {
+    auto f = rf("before", {rng("r")}, r_last, 1,
+                "the newest sample older than the window: with x[N steps], the newest at least "
+                "N steps before the current step; with x[N], the (N+1)-th newest",
+                "loss >= before(loss[10 steps])", T::number,
+                "needs a sample older than the window");
+    f.preceding = true;
+    d.push_back(std::move(f));
+  }
   d.push_back(rf("delta", {rng("r")}, r_delta, 2, "last - first", "delta(loss[100 steps]) > 0"));
   d.push_back(rf("rel_change", {rng("r")}, r_rel_change, 2, "(last - first) / |first|",
                  "rel_change(loss[100 steps]) > -0.001"));
@@ -445,6 +462,16 @@ std::vector<FunctionDef> make_defs() {
                  "true if latest lies outside [Q1 - k*IQR, Q3 + k*IQR] of the other samples",
                  "iqr_outlier(step_time[200], 3)", T::boolean,
                  "needs the full window: N samples of x[N]"));
+  // Undefined values.
+  {
+    FunctionDef f;
+    f.name = "default";
+    f.kind = FnKind::fallback;
+    f.params = {num("x"), num("v")};
+    f.doc = "x where it has a value, else v (x and v: both numbers or both conditions)";
+    f.example = "default(max(val_loss), 0) > 5 or loss > 10";
+    d.push_back(std::move(f));
+  }
   // Stateful over the whole history.
   {
     auto f = sf("prev", {num("x")}, s_prev, "the previous non-NaN sample of x",

@@ -25,13 +25,15 @@ enum class FnKind {
   aggregate,    // f(vector) -> scalar across series
   range,        // f(x[window], consts...) per series, over its window
   stateful,     // f(x, consts...) per series, over its whole history
+  fallback,     // default(x, v): x where it has a value, else v
 };
 
 /// Static kinds of arguments and results.
 enum class ArgType {
   number,
   boolean,
-  range,   // a windowed selector x[...]
+  range,   // a window of numbers: x[...] or (expression)[...]
+  condition_range,  // a window of a boolean expression: (x > 1)[...]
   string,  // constant string (e.g. mode "min")
 };
 
@@ -76,6 +78,9 @@ struct FunctionDef {
   /// Range functions: minimum window samples (1, or 2 for slope/std/...).
   /// Stateful functions: samples fed before the value is defined.
   std::size_t min_samples = 1;
+  /// Range functions: the kernel gets the one sample just older than the
+  /// window instead of the window (`before(x[N steps])`).
+  bool preceding = false;
   ElementwiseKernel elementwise = nullptr;
   AggregateKernel aggregate = nullptr;
   RangeKernel range = nullptr;

@@ -10,7 +10,7 @@ std::string signature(const FunctionDef& d) {
   std::string ps;
   for (const auto& p : d.params) {
     if (!ps.empty()) ps += ", ";
-    if (p.type == ArgType::range)
+    if (p.type == ArgType::range || p.type == ArgType::condition_range)
       ps += fmt::format("{}[N]", p.name);
     else if (!p.choices.empty())
       ps += fmt::format("{}: \"{}\"", p.name, p.choices);
@@ -43,6 +43,10 @@ std::string render_function_reference(const FunctionRegistry& registry) {
        "Follow each series over its whole history; the state advances at every new sample of the "
        "argument, whether or not the rule is evaluated then. A NaN sample yields NaN and leaves "
        "the state unchanged."},
+      {FnKind::fallback, "Undefined values",
+       "An operand without a value (a series never fed, a window not yet full, an aggregation "
+       "of an empty vector) makes the whole condition undefined; `default` gives such an "
+       "operand a value instead."},
   };
   std::string out =
       "# Function reference\n\n"

@@ -417,11 +417,17 @@ Evaluator::Value Evaluator::eval(const ast::Expr& e) const {
   };
   Value out;
   out.scalar = l.scalar && r.scalar;
+  auto lone = [](const Value& v) { return v.elems.size() == 1 && v.elems.begin()->first.empty(); };
   if (l.scalar && !r.scalar) {
     if (l.elems.empty()) return out;
     for (const auto& [labels, y] : r.elems) out.elems[labels] = combine(l.elems.begin()->second, y);
   } else if (!l.scalar && r.scalar) {
     if (r.elems.empty()) return out;
+    for (const auto& [labels, x] : l.elems) out.elems[labels] = combine(x, r.elems.begin()->second);
+  } else if (lone(l) && !lone(r)) {
+    // A series without labels pairs with every element of a labelled vector.
+    for (const auto& [labels, y] : r.elems) out.elems[labels] = combine(l.elems.begin()->second, y);
+  } else if (lone(r) && !lone(l)) {
     for (const auto& [labels, x] : l.elems) out.elems[labels] = combine(x, r.elems.begin()->second);
   } else {
     // vector op vector (and scalar op scalar): pair by identical label sets
