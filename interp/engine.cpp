@@ -357,6 +357,7 @@ struct Engine::Impl {
       s.need.steps = std::max(s.need.steps, sel.retention.steps);
       s.need.seconds = std::max(s.need.seconds, sel.retention.seconds);
       s.need.evals = std::max(s.need.evals, sel.retention.evals);
+      s.need.preceding |= sel.retention.preceding;
       auto& m = members[i];
       auto pos = std::lower_bound(m.begin(), m.end(), s.labels, [&](SeriesId a, std::uint32_t l) {
         return series[a].labels < l;

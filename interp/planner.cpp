@@ -139,6 +139,9 @@ class Planner {
   static const ir::Node* deciding_comparison(const ir::Node& n) {
     if (is_comparison(n.op)) return &n;
     if (n.op == ir::Op::and_ || n.op == ir::Op::or_) return deciding_comparison(*n.args[0]);
+    // default(x > 1, false) decides by its condition when it has a value.
+    if (n.op == ir::Op::call && n.fn->kind == stdlib::FnKind::fallback)
+      return deciding_comparison(*n.args[0]);
     return nullptr;
   }
 

@@ -230,6 +230,10 @@ double s_prev(DetectorState& st, double x, std::span<const double>) {
   ++st.n;
   return out;
 }
+// Counts every sample, NaN included: how many evaluations of x there were.
+double s_samples_seen(DetectorState& st, double, std::span<const double>) {
+  return static_cast<double>(++st.n);
+}
 double s_ewma(DetectorState& st, double x, std::span<const double> c) {
   if (std::isnan(x)) return nan;
   st.s[0] = st.n == 0 ? x : c[0] * x + (1 - c[0]) * st.s[0];
@@ -479,6 +483,9 @@ std::vector<FunctionDef> make_defs() {
     f.min_samples = 2;
     d.push_back(std::move(f));
   }
+  d.push_back(sf("samples_seen", {num("x")}, s_samples_seen,
+                 "number of samples of x so far, this one and NaN samples included",
+                 "samples_seen(val_loss) >= 3 and val_loss > 1", "defined from the 1st sample"));
   d.push_back(sf("ewma", {num("x"), cnum("alpha")}, s_ewma,
                  "exponentially weighted moving average, s = alpha*x + (1-alpha)*s, s0 = x0",
                  "loss > 1.5 * ewma(loss, 0.1)", "defined from the 1st sample"));
