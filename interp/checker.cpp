@@ -911,7 +911,9 @@ class Checker {
                         e.range);
       }
     }
+    const std::size_t uses_before_lhs = series_uses_.size();
     auto lhs = expr(*n.lhs, scope, file);
+    const std::size_t uses_before_rhs = series_uses_.size();
     auto rhs = expr(*n.rhs, scope, file);
     if (!lhs || !rhs) return nullptr;
     using B = ast::BinaryOp;
@@ -946,6 +948,29 @@ class Checker {
                 ? fmt::format("'{}' needs true/false operands (comparisons), got a number", sp)
                 : fmt::format("'{}' needs numbers, got a boolean (a comparison)", sp));
       return nullptr;
+    }
+    if (op == ir::Op::and_ || op == ir::Op::or_) {
+      // A compile-time true/false side (a string parameter compared, as in
+      // `(activation == "tanh" and ...) or (activation == "sigmoid" and ...)`)
+      // decides here: the branch not taken is checked but not planned, so its
+      // series are neither read nor computed, and the branch taken supplies
+      // the firing's value.
+      const bool absorbing = op == ir::Op::or_;  // true absorbs `or`, false absorbs `and`
+      auto decided = [&](const ir::NodePtr& side) {
+        return side->op == ir::Op::constant && (side->constant != 0) == absorbing;
+      };
+      auto neutral = [&](const ir::NodePtr& side) {
+        return side->op == ir::Op::constant && (side->constant != 0) != absorbing;
+      };
+      if (decided(lhs) || neutral(rhs)) {
+        series_uses_.resize(uses_before_rhs);
+        return lhs;
+      }
+      if (decided(rhs) || neutral(lhs)) {
+        series_uses_.erase(series_uses_.begin() + static_cast<std::ptrdiff_t>(uses_before_lhs),
+                           series_uses_.begin() + static_cast<std::ptrdiff_t>(uses_before_rhs));
+        return rhs;
+      }
     }
     auto out = node(op, file, e.range);
     out->type = result;

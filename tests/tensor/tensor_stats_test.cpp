@@ -558,4 +558,25 @@ TEST(EngineParamStats, FracChangedAcrossObservationsAndRestore) {
   EXPECT_EQ(c.observe(4, {}, tc).size(), 1u);
 }
 
+// The stdlib template end to end on a real tensor: a compile-time string
+// parameter picks the bounds, and only that stat is computed and recorded.
+TEST(EngineParamStats, SaturatedActivationComputesOnlyTheChosenBounds) {
+  auto r = vigil::compile_string(
+      "use std.saturated_activation(activation = \"sigmoid\", threshold_layer = 30)\n", "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  const auto act = *e.tensor("activation{layer=\"s1\"}");
+  std::vector<std::string> keys;
+  e.record([&](const vigil::Observation& o) {
+    for (const auto& kv : o.values) keys.push_back(kv.first);
+  });
+  const std::int64_t shape[] = {5};
+  const double x[] = {-30, 17, 12, 0, nan};  // outside [-23, 16.99999]: -30, 17 (12 is tanh-saturated only)
+  const vigil::TensorSample ts[] = {{act, {x, DType::float64, shape, {}}}};
+  auto fs = e.observe(1, {}, ts);
+  EXPECT_EQ(keys, (std::vector<std::string>{"activation_frac_outside(-23,16.99999){layer=\"s1\"}"}));
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_DOUBLE_EQ(*fs[0].value, 40.0);  // 2 of 5 saturated, in percent
+}
+
 }  // namespace
