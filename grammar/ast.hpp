@@ -88,13 +88,16 @@ struct Subscript {
   ExprPtr size;
 };
 
-/// `base.field`: a derived series of a tensor series, `grad{layer="fc1"}.norm`
-/// is `grad_norm{layer="fc1"}`. Lets templates take the tensor (`tensor =
-/// grad`) and read any of its stats.
+/// `base.field` or `base.field(arg, ...)`: a derived series of a tensor
+/// series, `grad{layer="fc1"}.norm` is `grad_norm{layer="fc1"}`. Lets
+/// templates take the tensor (`tensor = grad`) and read any of its stats.
+/// A parameterised stat takes arguments (`activation.frac_outside(-9, 9)`);
+/// `args` is empty when no parentheses were written.
 struct Member {
   ExprPtr base;
   std::string field;
   Range field_range;
+  std::vector<ExprPtr> args;
 };
 
 /// `fn(arg, ...)` where the arguments are expressions (not label matchers).

@@ -224,10 +224,13 @@ struct primary
     : sor<paren_expr, string_lit, true_lit, false_lit, seq<at<duration_ahead>, duration_lit>, number_lit,
           seq<at<selector_ahead>, selector>, seq<at<call_ahead>, call>, backtick_ref, name_ref> {};
 
-// postfix = primary { "[" expr "]" | "." name } ;     (no space before ".")
+// postfix = primary { "[" expr "]" | "." name [stat_args] } ;   (no space before "." or "(")
+// stat_args = "(" expr {"," expr} ")" ;
 struct subscript : seq<ws, one<'['>, ws, must<nested<expr>>, ws, must<rbracket>> {};
 struct member_name : name {};
-struct member : seq<one<'.'>, must<member_name>> {};
+struct stat_args : seq<one<'('>, ws, must<call_arg>, star<ws, one<','>, ws, must<call_arg>>, ws,
+                       must<rparen>> {};
+struct member : seq<one<'.'>, must<member_name>, opt<stat_args>> {};
 struct postfix_expr : seq<primary, star<sor<subscript, member>>> {};
 
 // pow = postfix ["^" unary] ;               (right associative through unary)

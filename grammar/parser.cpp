@@ -477,13 +477,38 @@ struct action<g::subscript> {
   }
 };
 
+// `.name` marks where its arguments (if any) start, like a call's name; the
+// base is the slot just below. `member` then builds the node.
 template <>
 struct action<g::member_name> {
   template <typename In>
   static void apply(const In& in, State& st) {
+    st.calls.push_back(CallMark{st.exprs.size(), in.string(), st.range(in)});
+  }
+};
+template <>
+struct action<g::member> {
+  template <typename In>
+  static void apply(const In& in, State& st) {
+    if (st.calls.empty() || st.calls.back().first_arg == 0 ||
+        st.calls.back().first_arg > st.exprs.size()) {
+      throw SyntaxError{g::error_message<g::internal_error>, st.offset(in.begin()),
+                        st.offset(in.end())};
+    }
+    CallMark mark = std::move(st.calls.back());
+    st.calls.pop_back();
+    std::vector<ast::ExprPtr> args;
+    std::uint32_t depth = 0;
+    for (std::size_t i = mark.first_arg; i < st.exprs.size(); ++i) {
+      depth = std::max(depth, st.exprs[i].depth);
+      args.push_back(std::move(st.exprs[i].expr));
+    }
+    st.exprs.resize(mark.first_arg);
     auto base = st.pop_slot();
+    depth = std::max(depth, base.depth);
     const ast::Range r{base.expr->range.begin, st.offset(in.end())};
-    st.push(r, ast::Member{std::move(base.expr), in.string(), st.range(in)}, base.depth, st.range(in));
+    st.push(r, ast::Member{std::move(base.expr), std::move(mark.name), mark.range, std::move(args)},
+            depth, mark.range);
   }
 };
 

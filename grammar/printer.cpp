@@ -204,6 +204,13 @@ struct ExprPrinter {
                     prec(*m.base) < p_postfix || std::holds_alternative<ast::Number>(m.base->node));
     out += '.';
     out += m.field;
+    if (m.args.empty()) return;
+    out += '(';
+    for (std::size_t i = 0; i < m.args.size(); ++i) {
+      if (i > 0) out += ", ";
+      if (m.args[i]) print_expr(out, *m.args[i]);
+    }
+    out += ')';
   }
   void operator()(const ast::Call& c) const {
     out += c.fn;

@@ -912,7 +912,9 @@ class Checker {
                         e.range);
       }
     }
+    const std::size_t uses_before_lhs = series_uses_.size();
     auto lhs = expr(*n.lhs, scope, file);
+    const std::size_t uses_before_rhs = series_uses_.size();
     auto rhs = expr(*n.rhs, scope, file);
     if (!lhs || !rhs) return nullptr;
     using B = ast::BinaryOp;
@@ -947,6 +949,29 @@ class Checker {
                 ? fmt::format("'{}' needs true/false operands (comparisons), got a number", sp)
                 : fmt::format("'{}' needs numbers, got a boolean (a comparison)", sp));
       return nullptr;
+    }
+    if (op == ir::Op::and_ || op == ir::Op::or_) {
+      // A compile-time true/false side (a string parameter compared, as in
+      // `(activation == "tanh" and ...) or (activation == "sigmoid" and ...)`)
+      // decides here: the branch not taken is checked but not planned, so its
+      // series are neither read nor computed, and the branch taken supplies
+      // the firing's value.
+      const bool absorbing = op == ir::Op::or_;  // true absorbs `or`, false absorbs `and`
+      auto decided = [&](const ir::NodePtr& side) {
+        return side->op == ir::Op::constant && (side->constant != 0) == absorbing;
+      };
+      auto neutral = [&](const ir::NodePtr& side) {
+        return side->op == ir::Op::constant && (side->constant != 0) != absorbing;
+      };
+      if (decided(lhs) || neutral(rhs)) {
+        series_uses_.resize(uses_before_rhs);
+        return lhs;
+      }
+      if (decided(rhs) || neutral(lhs)) {
+        series_uses_.erase(series_uses_.begin() + static_cast<std::ptrdiff_t>(uses_before_lhs),
+                           series_uses_.begin() + static_cast<std::ptrdiff_t>(uses_before_rhs));
+        return rhs;
+      }
     }
     auto out = node(op, file, e.range);
     out->type = result;
@@ -1117,19 +1142,14 @@ class Checker {
       return sel;
     }
     if (const auto* m = std::get_if<ast::Member>(&b.expr->node)) {
-      vigil::Stat stat;
-      if (!vigil::parse_stat(m->field, stat)) {
-        std::vector<std::string> names;
-        for (std::size_t i = 0; i < vigil::stat_count; ++i)
-          names.emplace_back(vigil::stat_name(static_cast<vigil::Stat>(i)));
-        error("unknown-stat", b.file, m->field_range,
-              fmt::format("unknown tensor stat '{}'", m->field), closest_match(m->field, names));
-        return std::nullopt;
-      }
+      auto suffix = stat_suffix(*m, *b.scope, b.file);
+      if (!suffix) return std::nullopt;
       const auto before = series_uses_.size();
       auto base = series_ref(*m->base, *b.scope, b.file, "a tensor series");
       if (!base) return std::nullopt;
-      base->name += "_" + m->field;  // grad{...}.norm reads grad_norm{...}
+      // grad{...}.norm reads grad_norm{...}; a.frac_outside(-1, 1) reads
+      // a_frac_outside(-1,1){...} (the canonical name, param_stat_suffix).
+      base->name += "_" + *suffix;
       series_uses_.resize(before);
       series_uses_.push_back({base->name, b.file, b.expr->range});
       return base;
@@ -1150,6 +1170,62 @@ class Checker {
   static bool reads_series(const ir::Node& n) {
     if (n.op == ir::Op::selector || !n.selector.name.empty()) return true;
     return std::any_of(n.args.begin(), n.args.end(), [](const auto& a) { return reads_series(*a); });
+  }
+
+  /// The derived-series suffix of `T.stat` or `T.stat(args)`: the stat name,
+  /// and for a parameterised stat its constant arguments in canonical form.
+  std::optional<std::string> stat_suffix(const ast::Member& m, const Scope& scope,
+                                         std::uint32_t file) {
+    const SourceRange args_range =
+        m.args.empty() ? m.field_range
+                       : SourceRange{m.args.front()->range.begin, m.args.back()->range.end};
+    vigil::Stat stat;
+    if (vigil::parse_stat(m.field, stat)) {
+      if (!m.args.empty()) {
+        error("stat-args", file, args_range,
+              fmt::format("tensor stat '{}' takes no arguments", m.field));
+        return std::nullopt;
+      }
+      return m.field;
+    }
+    vigil::ParamStat ps;
+    if (!vigil::parse_param_stat(m.field, ps)) {
+      std::vector<std::string> names;
+      for (std::size_t i = 0; i < vigil::stat_count; ++i)
+        names.emplace_back(vigil::stat_name(static_cast<vigil::Stat>(i)));
+      for (std::size_t i = 0; i < vigil::param_stat_count; ++i)
+        names.emplace_back(vigil::param_stat_name(static_cast<vigil::ParamStat>(i)));
+      error("unknown-stat", file, m.field_range, fmt::format("unknown tensor stat '{}'", m.field),
+            closest_match(m.field, names));
+      return std::nullopt;
+    }
+    const std::size_t arity = vigil::param_stat_arity(ps);
+    if (m.args.size() != arity) {
+      error("stat-args", file, args_range,
+            m.args.empty()
+                ? fmt::format("tensor stat '{}' needs {} argument{} ({})", m.field, arity,
+                              arity == 1 ? "" : "s", vigil::param_stat_params(ps))
+                : fmt::format("tensor stat '{}' takes {} argument{} ({}), got {}", m.field, arity,
+                              arity == 1 ? "" : "s", vigil::param_stat_params(ps), m.args.size()));
+      return std::nullopt;
+    }
+    double values[vigil::max_param_stat_args] = {};
+    bool ok = true;
+    for (std::size_t i = 0; i < arity; ++i) {
+      auto c = const_eval(*m.args[i], scope, file);
+      if (!c || !std::holds_alternative<double>(c->v)) {
+        error("constant", file, m.args[i]->range,
+              fmt::format("arguments of tensor stat '{}' must be constant numbers ({}){}", m.field,
+                          vigil::param_stat_params(ps),
+                          c ? fmt::format(", got {}", kind_name(*c)) : std::string()));
+        ok = false;
+        continue;
+      }
+      // -0 and 0 read the same elements: one canonical series, not two.
+      values[i] = std::get<double>(c->v) == 0 ? 0.0 : std::get<double>(c->v);
+    }
+    if (!ok) return std::nullopt;
+    return vigil::param_stat_suffix(ps, std::span<const double>(values, arity));
   }
 
   bool range_arg(ir::Node& out, const ast::Expr& arg, const Scope& scope, std::uint32_t file) {

@@ -179,6 +179,16 @@ struct TensorSeries {
   Labels labels;
   StatMask mask = 0;
   std::array<SeriesId, stat_count> derived{};  // where mask has the bit
+  /// The parameterised stats some rule reads (`T_frac_outside(-1,1)`), each
+  /// computed by its own pass.
+  struct ParamRequest {
+    ParamStat stat = ParamStat::frac_outside;
+    std::size_t nargs = 0;
+    double args[max_param_stat_args] = {};
+    SeriesId series = 0;
+  };
+  std::vector<ParamRequest> params;
+  bool needs_prev = false;  // an update stat or frac_changed is read
   bool has_prev = false;
   DType prev_dtype = DType::float32;
   std::vector<std::int64_t> prev_shape;
@@ -400,6 +410,23 @@ struct Engine::Impl {
       t.mask |= stat_bit(stat);
       t.derived[i] = *intern_series(format_series_key(derived, t.labels));
     }
+    t.needs_prev = (t.mask & update_stats) != 0;
+    // Parameterised stats: the selector name is the canonical derived name
+    // `T_stat(a,b)`, so the request (stat and arguments) is read back from it.
+    for (const auto& sel : plan->selectors) {
+      ParamStatRef ref;
+      if (!parse_param_stat_series(sel.selector.name, ref) || ref.tensor != t.name) continue;
+      const SeriesId sid = *intern_series(format_series_key(sel.selector.name, t.labels));
+      if (std::any_of(t.params.begin(), t.params.end(), [&](const auto& p) { return p.series == sid; }))
+        continue;  // several selectors (other matchers) read the same series
+      TensorSeries::ParamRequest req;
+      req.stat = ref.stat;
+      req.nargs = ref.nargs;
+      std::copy(ref.args, ref.args + ref.nargs, req.args);
+      req.series = sid;
+      t.params.push_back(req);
+      t.needs_prev |= ref.stat == ParamStat::frac_changed;
+    }
     const auto id = static_cast<TensorId>(tensors.size());
     tensors.push_back(std::move(t));
     tensor_ids.emplace(std::string(key), id);
@@ -410,13 +437,20 @@ struct Engine::Impl {
   void derive(const TensorSample& ts) {
     if (ts.tensor >= tensors.size()) return;  // not an id of this engine: ignored
     TensorSeries& t = tensors[ts.tensor];
-    if (t.mask == 0) return;
-    const bool update = (t.mask & update_stats) != 0;
+    if (t.mask == 0 && t.params.empty()) return;
     const TensorView prev{t.prev.data(), t.prev_dtype, t.prev_shape, {}};
-    const TensorStats stats = compute_stats(ts.view, update && t.has_prev ? &prev : nullptr);
-    for (std::size_t i = 0; i < stat_count; ++i)
-      if (t.mask & stat_bit(static_cast<Stat>(i))) with_tensors.push_back({t.derived[i], stats.values[i]});
-    if (update) {
+    const TensorView* previous = t.needs_prev && t.has_prev ? &prev : nullptr;
+    if (t.mask != 0) {
+      const TensorStats stats = compute_stats(ts.view, previous);
+      for (std::size_t i = 0; i < stat_count; ++i)
+        if (t.mask & stat_bit(static_cast<Stat>(i)))
+          with_tensors.push_back({t.derived[i], stats.values[i]});
+    }
+    for (const auto& p : t.params)
+      with_tensors.push_back(
+          {p.series, compute_param_stat(p.stat, std::span<const double>(p.args, p.nargs), ts.view,
+                                        previous)});
+    if (t.needs_prev) {
       t.has_prev = pack_tensor(ts.view, t.prev);
       t.prev_dtype = ts.view.dtype;
       t.prev_shape.assign(ts.view.shape.begin(), ts.view.shape.end());
@@ -1389,7 +1423,9 @@ void Engine::record(std::function<void(const Observation&)> recorder) {
 }
 
 StatMask Engine::tensor_stats_used(TensorId id) const {
-  return id < impl_->tensors.size() ? impl_->tensors[id].mask : 0;
+  if (id >= impl_->tensors.size()) return 0;
+  const auto& t = impl_->tensors[id];
+  return t.mask | (t.params.empty() ? 0 : param_stats_bit);
 }
 
 std::string Engine::explain(const Firing& firing) const { return impl_->explain(firing); }

@@ -11,7 +11,11 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <charconv>
+#include <fmt/format.h>
+#include <iterator>
 #include <limits>
+#include <string>
 
 #include "vigil/tensor.hpp"
 
@@ -241,7 +245,181 @@ std::int64_t offset_of(const TensorView& t, std::int64_t i) {
   return offset;
 }
 
+// ---- parameterised stats ------------------------------------------------------
+
+constexpr std::array<std::string_view, param_stat_count> param_names = {
+    "frac_outside", "frac_changed", "frac_dead_units"};
+constexpr std::array<std::size_t, param_stat_count> param_arity = {2, 2, 1};
+constexpr std::array<std::string_view, param_stat_count> param_params = {
+    "lo, hi", "rtol, atol", "threshold_inactivity"};
+
+/// Calls `visit(x)` for every element of `t` in row-major order, dispatching
+/// on the dtype once per tensor so the loop body is inlined per dtype.
+template <DType D, class Visit>
+void each_value_as(const TensorView& t, Visit& visit) {
+  using E = Element<D>;
+  const auto* base = static_cast<const typename E::type*>(t.data);
+  for_each_run(t, [&](std::int64_t offset, std::int64_t count, std::int64_t stride) {
+    const auto* p = base + offset;
+    for (std::int64_t i = 0; i < count; ++i) visit(E::get(p + i * stride));
+  });
+}
+template <class Visit>
+void each_value(const TensorView& t, Visit visit) {
+  switch (t.dtype) {
+    case DType::float32: each_value_as<DType::float32>(t, visit); break;
+    case DType::float64: each_value_as<DType::float64>(t, visit); break;
+    case DType::float16: each_value_as<DType::float16>(t, visit); break;
+    case DType::bfloat16: each_value_as<DType::bfloat16>(t, visit); break;
+  }
+}
+
+double frac_outside(const TensorView& t, double lo, double hi) {
+  std::int64_t outside = 0;
+  // NaN compares false both ways: neither below nor above.
+  each_value(t, [&](double x) { outside += (x < lo) | (x > hi); });
+  return static_cast<double>(outside) / static_cast<double>(t.numel());
+}
+
+double frac_changed(const TensorView& t, const TensorView& prev, double rtol, double atol) {
+  std::int64_t changed = 0, i = 0;
+  const bool packed = prev.contiguous();
+  each_value(t, [&](double x) {
+    const double p = element(prev, packed ? i : offset_of(prev, i));
+    ++i;
+    // numpy.isclose(x, p, rtol, atol, equal_nan=False): non-finite values
+    // are close only when equal (so +Inf to +Inf is unchanged, NaN changed).
+    const bool close = std::isfinite(x) && std::isfinite(p)
+                           ? std::abs(x - p) <= atol + rtol * std::abs(p)
+                           : x == p;
+    changed += !close;
+  });
+  return static_cast<double>(changed) / static_cast<double>(t.numel());
+}
+
+template <DType D>
+double frac_dead_units_as(const TensorView& t, double threshold) {
+  using E = Element<D>;
+  const auto* base = static_cast<const typename E::type*>(t.data);
+  const auto rank = t.shape.size();
+  if (rank == 0) {  // one unit, one batch entry
+    const double active = E::get(base) > 0 ? 100.0 : 0.0;
+    return active < threshold ? 1.0 : 0.0;
+  }
+  std::array<std::int64_t, 16> stride_buf{};
+  std::span<const std::int64_t> strides = t.strides;
+  if (strides.empty()) {
+    std::int64_t s = 1;
+    for (std::size_t d = rank; d-- > 0;) {
+      stride_buf[d] = s;
+      s *= t.shape[d];
+    }
+    strides = std::span<const std::int64_t>(stride_buf.data(), rank);
+  }
+  const std::int64_t batch = t.shape[0], batch_stride = strides[0];
+  // The units: the view without its batch dimension (offsets still into
+  // the same memory). A 1-d tensor leaves a 0-d view: one unit at offset 0.
+  const TensorView units{t.data, t.dtype, t.shape.subspan(1), strides.subspan(1)};
+  std::int64_t dead = 0, count = 0;
+  for_each_run(units, [&](std::int64_t offset, std::int64_t n, std::int64_t stride) {
+    for (std::int64_t u = 0; u < n; ++u) {
+      const auto* p = base + offset + u * stride;
+      std::int64_t active = 0;
+      for (std::int64_t b = 0; b < batch; ++b) active += E::get(p + b * batch_stride) > 0;
+      dead += 100.0 * static_cast<double>(active) / static_cast<double>(batch) < threshold;
+    }
+    count += n;
+  });
+  return static_cast<double>(dead) / static_cast<double>(count);
+}
+
+double frac_dead_units(const TensorView& t, double threshold) {
+  switch (t.dtype) {
+    case DType::float32: return frac_dead_units_as<DType::float32>(t, threshold);
+    case DType::float64: return frac_dead_units_as<DType::float64>(t, threshold);
+    case DType::float16: return frac_dead_units_as<DType::float16>(t, threshold);
+    case DType::bfloat16: return frac_dead_units_as<DType::bfloat16>(t, threshold);
+  }
+  return nan;
+}
+
+/// Parses one argument of a canonical name (as fmt `{}` prints a double,
+/// plus `inf`/`nan` which fmt also prints).
+bool parse_arg(std::string_view text, double& out) {
+  if (text.empty()) return false;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && ptr == text.data() + text.size();
+}
+
 }  // namespace
+
+std::string_view param_stat_name(ParamStat s) { return param_names[static_cast<std::size_t>(s)]; }
+std::size_t param_stat_arity(ParamStat s) { return param_arity[static_cast<std::size_t>(s)]; }
+std::string_view param_stat_params(ParamStat s) {
+  return param_params[static_cast<std::size_t>(s)];
+}
+
+bool parse_param_stat(std::string_view name, ParamStat& out) {
+  for (std::size_t i = 0; i < param_names.size(); ++i)
+    if (param_names[i] == name) {
+      out = static_cast<ParamStat>(i);
+      return true;
+    }
+  return false;
+}
+
+std::string param_stat_suffix(ParamStat s, std::span<const double> args) {
+  std::string out(param_stat_name(s));
+  out += '(';
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (i) out += ',';
+    fmt::format_to(std::back_inserter(out), "{}", args[i]);
+  }
+  out += ')';
+  return out;
+}
+
+bool parse_param_stat_series(std::string_view name, ParamStatRef& out) {
+  if (name.empty() || name.back() != ')') return false;
+  const auto open = name.rfind('(');
+  if (open == std::string_view::npos) return false;
+  const std::string_view head = name.substr(0, open);
+  for (std::size_t i = 0; i < param_names.size(); ++i) {
+    const std::string_view stat = param_names[i];
+    if (head.size() < stat.size() + 2 || !head.ends_with(stat) ||
+        head[head.size() - stat.size() - 1] != '_')
+      continue;
+    out.tensor = head.substr(0, head.size() - stat.size() - 1);
+    out.stat = static_cast<ParamStat>(i);
+    out.nargs = 0;
+    std::string_view rest = name.substr(open + 1, name.size() - open - 2);
+    while (true) {
+      const auto comma = rest.find(',');
+      if (out.nargs == param_arity[i] || !parse_arg(rest.substr(0, comma), out.args[out.nargs]))
+        return false;
+      ++out.nargs;
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    return out.nargs == param_arity[i];
+  }
+  return false;
+}
+
+double compute_param_stat(ParamStat s, std::span<const double> args, const TensorView& t,
+                          const TensorView* previous) {
+  if (args.size() != param_stat_arity(s) || !valid(t) || t.numel() == 0) return nan;
+  switch (s) {
+    case ParamStat::frac_outside: return frac_outside(t, args[0], args[1]);
+    case ParamStat::frac_changed:
+      if (previous == nullptr || !valid(*previous) || previous->shape.size() != t.shape.size() ||
+          !std::equal(t.shape.begin(), t.shape.end(), previous->shape.begin()))
+        return nan;
+      return frac_changed(t, *previous, args[0], args[1]);
+    case ParamStat::frac_dead_units: return frac_dead_units(t, args[0]);
+  }
+  return nan;
+}
 
 std::int64_t TensorView::numel() const {
   std::int64_t n = 1;

@@ -147,7 +147,8 @@ class Engine {
                                   const ObserveOptions& options = {});
   /// With tensors: the stats that some rule reads (`grad_norm`, `grad_frac_nan`,
   /// ... for tensor series `grad`) are computed, all of one tensor in a single
-  /// pass, and observed with the samples. Tensors no rule reads cost nothing.
+  /// pass (each parameterised stat such as `grad_frac_outside(-1,1)` in a pass
+  /// of its own), and observed with the samples. Tensors no rule reads cost nothing.
   std::span<const Firing> observe(std::int64_t step, std::span<const Sample> samples,
                                   std::span<const TensorSample> tensors,
                                   const ObserveOptions& options = {});
@@ -155,7 +156,9 @@ class Engine {
   /// Interns a tensor series key (`grad{layer="fc1.weight"}`); nullopt if
   /// malformed. Which stats it yields is decided here, from the program.
   std::optional<TensorId> tensor(std::string_view key);
-  /// The stats of tensor series `id` that some rule reads.
+  /// The stats of tensor series `id` that some rule reads, plus
+  /// param_stats_bit if some rule reads a parameterised stat of it (0: the
+  /// tensor is unused and need not be passed to observe).
   [[nodiscard]] StatMask tensor_stats_used(TensorId id) const;
   /// Convenience form with keys; malformed keys are ignored (counted nowhere).
   std::span<const Firing> observe(std::int64_t step,

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -61,6 +62,55 @@ struct TensorStats {
 /// Never throws; a view with a null pointer or a negative extent gives NaN
 /// stats and numel 0.
 TensorStats compute_stats(const TensorView& t, const TensorView* previous = nullptr);
+
+/// Stats that take compile-time numeric arguments: `T.frac_outside(lo, hi)`
+/// reads the derived series `T_frac_outside(lo,hi){labels}` (the canonical
+/// name, param_stat_suffix). Exact definitions in docs/tensors.md.
+enum class ParamStat : std::uint8_t { frac_outside, frac_changed, frac_dead_units };
+inline constexpr std::size_t param_stat_count = 3;
+inline constexpr std::size_t max_param_stat_args = 2;
+
+/// Set in Engine::tensor_stats_used (beside the Stat bits) when some rule
+/// reads a parameterised stat of the tensor, so "is this tensor used" stays
+/// `mask != 0`.
+inline constexpr StatMask param_stats_bit = StatMask{1} << 31;
+
+/// `frac_outside`, ...; the stat named `name`, if any.
+std::string_view param_stat_name(ParamStat s);
+bool parse_param_stat(std::string_view name, ParamStat& out);
+/// How many arguments the stat takes, and their names for messages
+/// (`"lo, hi"`).
+std::size_t param_stat_arity(ParamStat s);
+std::string_view param_stat_params(ParamStat s);
+
+/// The canonical suffix of the derived series name: the stat name and its
+/// arguments, each printed shortest-round-trip (fmt `{}`), no spaces:
+/// `param_stat_suffix(ParamStat::frac_outside, {{-9.4999, 9.4999}})` is
+/// `frac_outside(-9.4999,9.4999)`.
+std::string param_stat_suffix(ParamStat s, std::span<const double> args);
+/// The inverse: splits a derived series name `T_stat(a,b)` into its tensor
+/// name, stat and arguments. False unless `name` ends in a known
+/// parameterised stat with the right number of well-formed arguments.
+struct ParamStatRef {
+  std::string_view tensor;
+  ParamStat stat = ParamStat::frac_outside;
+  std::size_t nargs = 0;
+  double args[max_param_stat_args] = {};
+};
+bool parse_param_stat_series(std::string_view name, ParamStatRef& out);
+
+/// One parameterised stat of `t` (`args` as many as param_stat_arity).
+///   frac_outside(lo, hi): fraction of elements with x < lo or x > hi.
+///   frac_changed(rtol, atol): fraction of elements not close to `previous`
+///     by numpy.isclose (equal_nan = false); NaN without `previous` or when
+///     its shape differs.
+///   frac_dead_units(threshold): dim 0 is the batch; fraction of units (one
+///     index over the other dims) positive in less than `threshold` percent
+///     of the batch entries.
+/// NaN for an empty or invalid view or a wrong argument count. Never throws
+/// and never allocates.
+double compute_param_stat(ParamStat s, std::span<const double> args, const TensorView& t,
+                          const TensorView* previous = nullptr);
 
 /// Copies the elements of `t` into `out` as a packed row-major array of the
 /// same dtype (reusing out's capacity). False (and `out` empty) for an

@@ -268,4 +268,42 @@ TEST(Alloc, SteadyStateMixedModesAndTimeWindowsDoNotAllocate) {
   EXPECT_GT(firings, 10u);
 }
 
+// Tensors with plain and parameterised stats (each parameterised one is a
+// pass of its own; frac_changed keeps a previous copy like update_norm).
+constexpr const char* tensor_rules = R"(
+rule saturated: when act.frac_outside(-0.9, 0.9) > 0.2 do log
+rule dead: when act.frac_dead_units(40) > 0.3 do log
+rule frozen: when not (w.frac_changed(1e-5, 1e-8) > 0) or w.update_norm > 3 do log
+rule big: when w.norm > 5 do log
+)";
+
+TEST(Alloc, SteadyStateParameterisedTensorStatsDoNotAllocate) {
+  Fixture f(tensor_rules, {});
+  const auto act = *f.engine.tensor("act");
+  const auto w = *f.engine.tensor("w");
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  const std::int64_t act_shape[] = {8, 16}, w_shape[] = {16, 4};
+  const std::int64_t w_strides[] = {1, 16};  // a transposed view
+  std::vector<float> a(8 * 16);
+  std::vector<double> weights(16 * 4);
+  const vigil::TensorSample ts[] = {
+      {act, {a.data(), vigil::DType::float32, act_shape, {}}},
+      {w, {weights.data(), vigil::DType::float64, w_shape, w_strides}}};
+  std::uint64_t firings = 0;
+  auto run = [&](std::int64_t from, std::int64_t to) {
+    for (std::int64_t step = from; step < to; ++step) {
+      for (auto& x : a) x = static_cast<float>(u(rng));
+      if (step % 3 != 0)  // every third step the weights do not move
+        for (auto& x : weights) x = u(rng);
+      firings += f.engine.observe(step, {}, ts).size();
+    }
+  };
+  run(0, 200);
+  firings = 0;
+  const auto n = allocations_in([&] { run(200, 700); });
+  EXPECT_EQ(n, 0u) << "observe() allocated " << n << " times in 500 observations after warm-up";
+  EXPECT_GT(firings, 100u);
+}
+
 }  // namespace

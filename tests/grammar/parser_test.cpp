@@ -99,6 +99,21 @@ INSTANTIATE_TEST_SUITE_P(
         ExprCase{"a + @", "error: unexpected character '@' @5"},
         ExprCase{"a +", "error: expected expression @4"}));
 
+INSTANTIATE_TEST_SUITE_P(
+    TensorStats, ExprTable,
+    ::testing::Values(
+        ExprCase{"grad.norm", "grad.norm"},
+        ExprCase{"activation.frac_outside(-9.4999, 9.4999)", "activation.frac_outside(-9.4999, 9.4999)"},
+        ExprCase{"activation.frac_outside(-9.4999,9.4999)", "activation.frac_outside(-9.4999, 9.4999)"},
+        ExprCase{"activation{layer=~\"relu.*\"}.frac_dead_units(1.0) * 100",
+                 "activation{layer=~\"relu.*\"}.frac_dead_units(1) * 100"},
+        ExprCase{"w.frac_changed(rtol, atol * 2) > 0", "w.frac_changed(rtol, atol * 2) > 0"},
+        ExprCase{"t.frac_outside(a.frac_outside(1, 2), 3)", "t.frac_outside(a.frac_outside(1, 2), 3)"},
+        ExprCase{"(a.norm)(1)", "error: expected a statement (rule, when, use, param, let, import, action or alias) @9"},
+        ExprCase{"x.frac_outside()", "error: expected expression @16"},
+        ExprCase{"x.frac_outside(1, 2", "error: expected ')' @20"},
+        ExprCase{"x.frac_outside(1,)", "error: expected expression @18"}));
+
 // ---- statements ----
 
 TEST(Statements, NamedRuleFieldsAndRanges) {

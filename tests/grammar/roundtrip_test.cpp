@@ -106,7 +106,12 @@ ast::ExprPtr gen_expr(int depth) {
       for (int i = 0; i < n; ++i) c.args.push_back(gen_expr(depth - 1));
       return make(std::move(c));
     }
-    case 12: return make(ast::Member{gen_expr(depth - 1), gen_ident(), {}});
+    case 12: {
+      ast::Member m{gen_expr(depth - 1), gen_ident(), {}, {}};
+      const int n = *rc::gen::inRange(0, 3);  // 0: `x.stat`; else `x.stat(a, ...)`
+      for (int i = 0; i < n; ++i) m.args.push_back(gen_expr(depth - 1));
+      return make(std::move(m));
+    }
     case 9: {
       ast::Unary u;
       u.op = *rc::gen::arbitrary<bool>() ? ast::UnaryOp::neg : ast::UnaryOp::not_;

@@ -65,7 +65,9 @@ struct ExprDump {
     return fmt::format("(sub {} {})", dump_ptr(s.base), dump_ptr(s.size));
   }
   std::string operator()(const ast::Member& m) const {
-    return fmt::format("(member {} {})", dump_ptr(m.base), m.field);
+    std::string out = fmt::format("(member {} {}", dump_ptr(m.base), m.field);
+    for (const auto& a : m.args) out += " " + dump_ptr(a);
+    return out + ")";
   }
   std::string operator()(const ast::Call& c) const {
     std::string out = "(call " + c.fn;

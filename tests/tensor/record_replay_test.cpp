@@ -4,6 +4,7 @@
 // trace must produce identical firings".
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -38,7 +39,11 @@ TEST(RecordReplay, RecordedTraceReplaysToTheSameFirings) {
       "rule grad_nan: when grad_frac_nan > 0 do skip_step\n"
       "rule moving: when weight_update_ratio > 0.2 for 2 samples do log\n"
       "rule loss_up: when loss > ewma(loss, 0.3) * 1.1 do log\n"
-      "rule val: when val_loss > min(val_loss[3]) in eval do log\n";
+      "rule val: when val_loss > min(val_loss[3]) in eval do log\n"
+      // Parameterised stats: their canonical names go through the JSONL trace.
+      "rule wide: when grad{layer=~\"l.*\"}.frac_outside(-1.5, 1.5) > 0.15 do log\n"
+      "rule still: when weight.frac_changed(1e-5, 0.005) < 0.5 do log\n"
+      "rule dead: when grad.frac_dead_units(30) > 0.1 do log\n";
   auto r = vigil::compile_string(rules, "t.rules");
   ASSERT_TRUE(r.ok()) << r.format_diagnostics();
   const auto path = std::filesystem::temp_directory_path() / "vigil_record_replay.jsonl";
@@ -77,6 +82,9 @@ TEST(RecordReplay, RecordedTraceReplaysToTheSameFirings) {
     ASSERT_FALSE(writer->error());
   }
   ASSERT_GT(live.size(), 10u);
+  for (const char* rule : {"wide", "still", "dead"})  // each parameterised stat decided something
+    EXPECT_TRUE(std::any_of(live.begin(), live.end(), [&](const Fired& f) { return f.rule == rule; }))
+        << rule;
 
   std::vector<Fired> replayed;
   vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});

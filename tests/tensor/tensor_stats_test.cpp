@@ -250,6 +250,158 @@ TEST(TensorStats, StatNamesRoundTrip) {
   EXPECT_FALSE(vigil::parse_stat("median", s));
 }
 
+// ---- parameterised stats ---------------------------------------------------
+
+using vigil::ParamStat;
+
+// Naive references over the row-major element list, counting in integers and
+// dividing in long double.
+double ref_frac_outside(const std::vector<double>& x, double lo, double hi) {
+  if (x.empty()) return nan;
+  long double out = 0;
+  for (double v : x) out += (v < lo || v > hi) ? 1 : 0;
+  return static_cast<double>(out / x.size());
+}
+
+double ref_frac_changed(const std::vector<double>& x, const std::vector<double>& p, double rtol,
+                        double atol) {
+  if (x.empty()) return nan;
+  long double changed = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const long double a = x[i], b = p[i];
+    bool close;
+    if (std::isnan(a) || std::isnan(b))
+      close = false;  // equal_nan = false
+    else if (std::isinf(a) || std::isinf(b))
+      close = a == b;  // numpy: infinities are close only to themselves
+    else
+      close = std::fabs(a - b) <= static_cast<long double>(atol) + rtol * std::fabs(b);
+    changed += close ? 0 : 1;
+  }
+  return static_cast<double>(changed / x.size());
+}
+
+double ref_frac_dead_units(const std::vector<double>& x, const std::vector<std::int64_t>& shape,
+                           double threshold) {
+  if (x.empty()) return nan;
+  const std::int64_t batch = shape.empty() ? 1 : shape[0];
+  const std::int64_t units = static_cast<std::int64_t>(x.size()) / batch;
+  long double dead = 0;
+  for (std::int64_t u = 0; u < units; ++u) {
+    long double active = 0;
+    for (std::int64_t b = 0; b < batch; ++b) active += x[b * units + u] > 0 ? 1 : 0;
+    dead += 100 * active / batch < threshold ? 1 : 0;
+  }
+  return static_cast<double>(dead / units);
+}
+
+bool same(double got, double want) {
+  if (std::isnan(want)) return std::isnan(got);
+  // Counts divided in double vs long double: at most one rounding apart.
+  return std::abs(got - want) <= 4 * std::numeric_limits<double>::epsilon() * std::abs(want);
+}
+
+RC_GTEST_PROP(ParamStats, FracOutsideEqualsANaiveReference, ()) {
+  const auto shape = gen_shape();
+  const Tensor t = gen_tensor(gen_dtype(), shape);
+  const double a = *rc::gen::element(-INFINITY, -10.0, -1.0, -0.0, 0.0, 0.5, 3.0, 1e4, INFINITY);
+  const double b = *rc::gen::element(-5.0, 0.0, 1.0, 9.4999, 16.99999, 1e4, INFINITY);
+  const double args[] = {a, b};
+  const double got = vigil::compute_param_stat(ParamStat::frac_outside, args, t.view());
+  const double want = ref_frac_outside(t.elements(), a, b);
+  RC_ASSERT(same(got, want));
+}
+
+RC_GTEST_PROP(ParamStats, FracChangedEqualsANaiveReference, ()) {
+  const auto shape = gen_shape();
+  const Tensor t = gen_tensor(gen_dtype(), shape);
+  // The previous copy: the same values in another dtype/layout, then some changed.
+  Tensor p = gen_tensor(gen_dtype(), shape);
+  const bool from_t = *rc::gen::arbitrary<bool>();
+  if (from_t) {
+    const auto x = t.elements();
+    std::int64_t i = 0;
+    p.dtype = DType::float64;
+    p.memory.assign(x.size() * 8 + 16, std::byte{0});
+    p.strides.assign(shape.size(), 1);
+    for (std::size_t d = shape.size(); d-- > 1;) p.strides[d - 1] = p.strides[d] * shape[d];
+    for (double v : x) {
+      const double changed = *rc::gen::inRange(0, 4) == 0 ? v + *rc::gen::inRange(-3, 4) / 64.0 : v;
+      std::memcpy(p.memory.data() + 8 * i++, &changed, 8);
+    }
+  }
+  // Tolerances that make ties exact in double and long double alike, or
+  // unreachable on these values.
+  const double rtol = *rc::gen::element(0.0, 1e-5, 0.5, 1.0 / 64);
+  const double atol = *rc::gen::element(0.0, 1e-8, 1.0 / 64, 1.0);
+  const double args[] = {rtol, atol};
+  const auto pv = p.view();
+  const double got = vigil::compute_param_stat(ParamStat::frac_changed, args, t.view(), &pv);
+  const double want = ref_frac_changed(t.elements(), p.elements(), rtol, atol);
+  RC_ASSERT(same(got, want));
+  // Without a previous value: NaN.
+  RC_ASSERT(std::isnan(vigil::compute_param_stat(ParamStat::frac_changed, args, t.view())));
+}
+
+RC_GTEST_PROP(ParamStats, FracDeadUnitsEqualsANaiveReference, ()) {
+  const auto shape = gen_shape();
+  const Tensor t = gen_tensor(gen_dtype(), shape);
+  // Whole-number thresholds: 100 * active / batch (batch <= 5) is never
+  // within rounding of one unless equal.
+  const double threshold = *rc::gen::element(-1.0, 0.0, 1.0, 20.0, 50.0, 60.0, 100.0, 101.0);
+  const double args[] = {threshold};
+  const double got = vigil::compute_param_stat(ParamStat::frac_dead_units, args, t.view());
+  const double want = ref_frac_dead_units(t.elements(), shape, threshold);
+  RC_ASSERT(same(got, want));
+}
+
+TEST(ParamStats, HandWorkedValues) {
+  // 3 batch entries x 4 units; unit 0 always active, unit 1 once (33 %),
+  // units 2 and 3 never (3 has a NaN, which is not active).
+  const float x[] = {1, 2, 0, nan,
+                     5, 0, -1, 0,
+                     7, 0, 0, -2};
+  const std::int64_t shape[] = {3, 4};
+  const vigil::TensorView v{x, DType::float32, shape, {}};
+  const double below_50[] = {50}, below_30[] = {30}, none[] = {0};
+  EXPECT_DOUBLE_EQ(vigil::compute_param_stat(ParamStat::frac_dead_units, below_50, v), 0.75);
+  EXPECT_DOUBLE_EQ(vigil::compute_param_stat(ParamStat::frac_dead_units, below_30, v), 0.5);
+  EXPECT_DOUBLE_EQ(vigil::compute_param_stat(ParamStat::frac_dead_units, none, v), 0.0);
+  const double bounds[] = {-1, 1};  // outside: 2 5 7 -2 (NaN is neither)
+  EXPECT_DOUBLE_EQ(vigil::compute_param_stat(ParamStat::frac_outside, bounds, v), 4.0 / 12);
+  const float prev[] = {1, 2, 0, nan,
+                        5, 0, -1, 0,
+                        7, 1e-6f, 0, -2.5f};
+  const vigil::TensorView pv{prev, DType::float32, shape, {}};
+  const double tol[] = {0, 1e-5};  // 1e-6 is within atol; -2.5 vs -2 and the NaN are not
+  EXPECT_DOUBLE_EQ(vigil::compute_param_stat(ParamStat::frac_changed, tol, v, &pv), 2.0 / 12);
+  const std::int64_t other_shape[] = {4, 3};
+  const vigil::TensorView reshaped{prev, DType::float32, other_shape, {}};
+  EXPECT_TRUE(std::isnan(vigil::compute_param_stat(ParamStat::frac_changed, tol, v, &reshaped)));
+  const double one_arg[] = {1};
+  EXPECT_TRUE(std::isnan(vigil::compute_param_stat(ParamStat::frac_outside, one_arg, v)));
+}
+
+TEST(ParamStats, CanonicalNamesRoundTrip) {
+  const double a[] = {-9.4999, 9.4999};
+  EXPECT_EQ(vigil::param_stat_suffix(ParamStat::frac_outside, a), "frac_outside(-9.4999,9.4999)");
+  const double b[] = {1e-5, 1e-8};
+  EXPECT_EQ(vigil::param_stat_suffix(ParamStat::frac_changed, b), "frac_changed(1e-05,1e-08)");
+  vigil::ParamStatRef ref;
+  ASSERT_TRUE(vigil::parse_param_stat_series("weight_frac_changed(1e-05,1e-08)", ref));
+  EXPECT_EQ(ref.tensor, "weight");
+  EXPECT_EQ(ref.stat, ParamStat::frac_changed);
+  ASSERT_EQ(ref.nargs, 2u);
+  EXPECT_EQ(ref.args[0], 1e-5);
+  EXPECT_EQ(ref.args[1], 1e-8);
+  ASSERT_TRUE(vigil::parse_param_stat_series("my_act_frac_dead_units(1)", ref));
+  EXPECT_EQ(ref.tensor, "my_act");
+  EXPECT_EQ(ref.nargs, 1u);
+  for (const char* bad : {"weight_frac_changed(1)", "weight_frac_changed(1,2,3)", "frac_outside(1,2)",
+                          "w_frac_outside(1,)", "w_frac_outside(a,b)", "w_norm(1)", "w_frac_outside"})
+    EXPECT_FALSE(vigil::parse_param_stat_series(bad, ref)) << bad;
+}
+
 // ---- through the engine ----------------------------------------------------
 
 TEST(EngineTensors, OnlyTheStatsRulesReadAreDerived) {
@@ -310,6 +462,121 @@ TEST(EngineTensors, RestoreKeepsPreviousTensorsAndHostIds) {
   ASSERT_EQ(fs.size(), 2u);
   EXPECT_EQ(*fs[0].value, 2.0);
   EXPECT_EQ(*fs[1].value, 5.0);
+}
+
+// A tensor fed through the engine yields the canonical derived series (as
+// record() writes it), and a rule on it fires.
+TEST(EngineParamStats, DerivedSeriesAndFiring) {
+  auto r = vigil::compile_string(
+      "rule saturated: when activation{layer=~\"fc.*\"}.frac_outside(-9.4999, 9.4999) > 0.5 do log\n",
+      "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  const auto fc1 = *e.tensor("activation{layer=\"fc1\"}");
+  EXPECT_EQ(e.tensor_stats_used(fc1), vigil::param_stats_bit);  // no plain stat is read
+  std::vector<std::pair<std::string, double>> recorded;
+  e.record([&](const vigil::Observation& o) {
+    for (const auto& kv : o.values) recorded.push_back(kv);
+  });
+  const std::int64_t shape[] = {4};
+  std::vector<float> x = {0, 10, -3, 1};
+  const vigil::TensorSample ts[] = {{fc1, {x.data(), DType::float32, shape, {}}}};
+  EXPECT_TRUE(e.observe(1, {}, ts).empty());  // 1 of 4 outside
+  ASSERT_EQ(recorded.size(), 1u);
+  EXPECT_EQ(recorded[0].first, "activation_frac_outside(-9.4999,9.4999){layer=\"fc1\"}");
+  EXPECT_EQ(recorded[0].second, 0.25);
+  x = {-10, 10, 20, 1};  // 3 of 4
+  auto fs = e.observe(2, {}, ts);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_EQ(fs[0].rule_name(), "saturated");
+  EXPECT_EQ(*fs[0].value, 0.75);
+  // The recorded key is an ordinary series key: interning it reaches the same series.
+  EXPECT_TRUE(e.series("activation_frac_outside(-9.4999,9.4999){layer=\"fc1\"}").has_value());
+}
+
+TEST(EngineParamStats, TemplateTakesTheTensorAndTheArguments) {
+  auto r = vigil::compile_string(
+      "rule dead(tensor = activation, threshold_inactivity = 1.0, threshold_layer = 50):\n"
+      "    when tensor.frac_dead_units(threshold_inactivity) * 100 > threshold_layer do log\n"
+      "use dead(tensor = act{layer=\"r1\"}, threshold_inactivity = 2 * 25,\n"
+      "    threshold_layer = 30) as half_dead\n",
+      "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  const auto r1 = *e.tensor("act{layer=\"r1\"}");
+  const auto r2 = *e.tensor("act{layer=\"r2\"}");  // matched by name; no rule selects r2
+  EXPECT_NE(e.tensor_stats_used(r1), 0u);
+  const std::int64_t shape[] = {2, 3};  // batch 2, 3 units: active 100 %, 50 %, 0 %
+  const float x[] = {1, 1, 0,
+                     1, 0, 0};
+  const vigil::TensorSample ts[] = {{r1, {x, DType::float32, shape, {}}},
+                                    {r2, {x, DType::float32, shape, {}}}};
+  auto fs = e.observe(1, {}, ts);
+  ASSERT_EQ(fs.size(), 1u);  // active below 50 %: only unit 2 (unit 1 is at 50 %); 1/3 > 30 %
+  EXPECT_EQ(fs[0].rule_name(), "half_dead");
+  EXPECT_DOUBLE_EQ(*fs[0].value, 100.0 / 3);
+}
+
+TEST(EngineParamStats, FracChangedAcrossObservationsAndRestore) {
+  auto r = vigil::compile_string("rule frozen: when not (w.frac_changed(0, 1e-3) > 0) do log\n",
+                                 "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  const std::int64_t shape[] = {2, 2};
+  std::vector<double> w = {1, 2, 3, 4};
+  vigil::Engine a(*r.program, {.unbound = vigil::UnboundActions::record});
+  const auto wa = *a.tensor("w");
+  std::vector<double> seen;
+  a.record([&](const vigil::Observation& o) { seen.push_back(o.values.at(0).second); });
+  const vigil::TensorSample ta[] = {{wa, {w.data(), DType::float64, shape, {}}}};
+  // First sample: no previous copy, NaN, which `not (... > 0)` counts as unchanged.
+  EXPECT_EQ(a.observe(1, {}, ta).size(), 1u);
+  w = {1, 2, 3, 4.5};
+  EXPECT_TRUE(a.observe(2, {}, ta).empty());
+  w = {1, 2.0005, 3, 4.5};  // within atol
+  EXPECT_EQ(a.observe(3, {}, ta).size(), 1u);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_TRUE(std::isnan(seen[0]));
+  EXPECT_EQ(seen[1], 0.25);
+  EXPECT_EQ(seen[2], 0.0);
+
+  // A fresh engine restored from the state compares with the saved copy.
+  const std::string state = a.save_state();
+  vigil::Engine b(*r.program, {.unbound = vigil::UnboundActions::record});
+  const auto wb = *b.tensor("w");
+  b.restore_state(state);
+  std::vector<double> moved = {1, 2.0005, 3, 9};
+  const vigil::TensorSample tb[] = {{wb, {moved.data(), DType::float64, shape, {}}}};
+  std::vector<double> after;
+  b.record([&](const vigil::Observation& o) { after.push_back(o.values.at(0).second); });
+  EXPECT_TRUE(b.observe(4, {}, tb).empty());
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0], 0.25);  // against {1, 2.0005, 3, 4.5}, not NaN
+  // Without the restore the same tensor would have no previous copy.
+  vigil::Engine c(*r.program, {.unbound = vigil::UnboundActions::record});
+  const auto wc = *c.tensor("w");
+  const vigil::TensorSample tc[] = {{wc, {moved.data(), DType::float64, shape, {}}}};
+  EXPECT_EQ(c.observe(4, {}, tc).size(), 1u);
+}
+
+// The stdlib template end to end on a real tensor: a compile-time string
+// parameter picks the bounds, and only that stat is computed and recorded.
+TEST(EngineParamStats, SaturatedActivationComputesOnlyTheChosenBounds) {
+  auto r = vigil::compile_string(
+      "use std.saturated_activation(activation = \"sigmoid\", threshold_layer = 30)\n", "t.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  vigil::Engine e(*r.program, {.unbound = vigil::UnboundActions::record});
+  const auto act = *e.tensor("activation{layer=\"s1\"}");
+  std::vector<std::string> keys;
+  e.record([&](const vigil::Observation& o) {
+    for (const auto& kv : o.values) keys.push_back(kv.first);
+  });
+  const std::int64_t shape[] = {5};
+  const double x[] = {-30, 17, 12, 0, nan};  // outside [-23, 16.99999]: -30, 17 (12 is tanh-saturated only)
+  const vigil::TensorSample ts[] = {{act, {x, DType::float64, shape, {}}}};
+  auto fs = e.observe(1, {}, ts);
+  EXPECT_EQ(keys, (std::vector<std::string>{"activation_frac_outside(-23,16.99999){layer=\"s1\"}"}));
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_DOUBLE_EQ(*fs[0].value, 40.0);  // 2 of 5 saturated, in percent
 }
 
 }  // namespace
