@@ -1022,7 +1022,9 @@ class Checker {
       return nullptr;
     }
 
-    auto out = node(fn->kind == FnKind::range ? ir::Op::range_call : ir::Op::call, file, e.range);
+    // A clock reads its series' samples directly, as a range does.
+    const bool reads_selector = fn->kind == FnKind::range || fn->kind == FnKind::clock;
+    auto out = node(reads_selector ? ir::Op::range_call : ir::Op::call, file, e.range);
     out->fn = fn;
     out->type = fn->result == ArgType::boolean ? ir::Type::boolean : ir::Type::number;
     bool ok = true;
@@ -1031,6 +1033,12 @@ class Checker {
       const ast::Expr& arg = *c.args[i];
       if (p.type == ArgType::range) {
         ok &= range_arg(*out, arg, scope, file);
+      } else if (p.type == ArgType::series) {
+        auto sel = series_ref(arg, scope, file, fmt::format("a series ({}'s argument)", c.fn));
+        if (sel) out->selector = std::move(*sel);
+        out->window = ir::Dur{ir::Unit::samples, 1};
+        out->vector = true;
+        ok &= sel.has_value();
       } else if (p.constant) {
         auto v = const_eval(arg, scope, file);
         if (p.type == ArgType::string) {

@@ -685,9 +685,20 @@ struct Engine::Impl {
   }
 
   void eval_range(const PlanNode& n, Column& out) {
+    if (n.fn->kind == stdlib::FnKind::clock) return eval_age(n, out);
     for (SeriesId sid : members[n.selector]) {
       const Series& s = series[sid];
       reduce(n, s.hist, s.labels, s.stamp == obs, out);
+    }
+  }
+
+  /// age(x): a clock reading, fresh at every observation that has a time.
+  void eval_age(const PlanNode& n, Column& out) {
+    if (std::isnan(time)) return;
+    for (SeriesId sid : members[n.selector]) {
+      const History& h = series[sid].hist;
+      if (h.size == 0 || std::isnan(h.time[h.newest()])) continue;
+      out.push(series[sid].labels, time - h.time[h.newest()], true);
     }
   }
 
@@ -1036,15 +1047,41 @@ struct Engine::Impl {
     return false;
   }
 
-  std::optional<double> firing_value(const interp::PlanRule& pr, std::uint32_t label) const {
-    if (pr.value_node == no_node) return std::nullopt;
-    const Column& c = columns[pr.value_node];
+  /// Element `label` of node `id`'s column (a scalar's, or a lone element's,
+  /// whatever the label).
+  std::optional<double> element(std::uint32_t id, std::uint32_t label) const {
+    const Column& c = columns[id];
     if (c.values.empty()) return std::nullopt;
-    if (!plan->nodes[pr.value_node].vector || lone(pr.value_node)) return c.values[0];
+    if (!plan->nodes[id].vector || lone(id)) return c.values[0];
     auto it = std::lower_bound(c.labels.begin(), c.labels.end(), label);
     if (it == c.labels.end() || *it != label) return std::nullopt;
     return c.values[static_cast<std::size_t>(it - c.labels.begin())];
   }
+
+  /// The firing's value: the left-hand side of the comparison that decided
+  /// (interp::Decision).
+  std::optional<double> firing_value(const interp::PlanRule& pr, std::uint32_t label,
+                                     std::int32_t at = 0) const {
+    using Kind = interp::Decision::Kind;
+    if (at < 0 || static_cast<std::size_t>(at) >= pr.decisions.size()) return std::nullopt;
+    const auto& d = pr.decisions[static_cast<std::size_t>(at)];
+    auto holds = [&](std::int32_t k) {
+      auto v = element(pr.decisions[static_cast<std::size_t>(k)].node, label);
+      return v && *v != 0 && !std::isnan(*v);
+    };
+    switch (d.kind) {
+      case Kind::comparison: return element(d.lhs, label);
+      case Kind::and_: return firing_value(pr, label, d.a);
+      case Kind::or_: return firing_value(pr, label, !holds(d.a) && holds(d.b) ? d.b : d.a);
+      case Kind::fallback:
+        return firing_value(
+            pr, label,
+            columns[pr.decisions[static_cast<std::size_t>(d.a)].node].values.empty() ? d.b : d.a);
+      case Kind::none: break;
+    }
+    return std::nullopt;
+  }
+
 
   void check_bindings() {
     if (bindings_checked) return;

@@ -64,12 +64,23 @@ struct PlanSelector {
                              const std::vector<std::pair<std::string, std::string>>& labels) const;
 };
 
+/// How a firing's value is found: the condition's and/or/default structure
+/// down to its comparisons, whose left-hand side is the value. `and` takes
+/// its left operand; `or` its left operand unless only the right one holds;
+/// `default(x, v)` the side it took. Anything else has no value.
+struct Decision {
+  enum class Kind : std::uint8_t { none, comparison, and_, or_, fallback };
+  Kind kind = Kind::none;
+  std::uint32_t node = no_node;  // this subexpression (its truth, its definedness)
+  std::uint32_t lhs = no_node;   // comparison: its left-hand side
+  std::int32_t a = -1, b = -1;   // operands, as indices into PlanRule::decisions
+};
+
 struct PlanRule {
   ir::Rule rule;  // info, clauses; rule.condition is released into the DAG
   std::uint32_t root = no_node;
-  /// The left-hand side of the deciding comparison (the top comparison, or
-  /// the leftmost one under and/or): its value is reported with a firing.
-  std::uint32_t value_node = no_node;
+  /// decisions[0] is the condition's; empty when it has no value at all.
+  std::vector<Decision> decisions;
   /// Selector and range nodes the condition reads (for explain).
   std::vector<std::uint32_t> leaves;
 };

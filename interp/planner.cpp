@@ -97,8 +97,8 @@ class Planner {
     for (auto& r : rules) {
       PlanRule pr;
       pr.root = add(*r.condition);
-      // Found on the IR, before folding can turn `1 < 2` into a constant.
-      if (const ir::Node* cmp = deciding_comparison(*r.condition)) pr.value_node = add(*cmp->args[0]);
+      // Built on the IR, before folding can turn `1 < 2` into a constant.
+      decision(*r.condition, pr.decisions);
       collect_leaves(pr.root, pr.leaves);
       r.condition.reset();
       pr.rule = std::move(r);
@@ -115,7 +115,9 @@ class Planner {
     std::vector<bool> live(plan_.nodes.size(), false);
     for (const auto& r : plan_.rules) {
       live[r.root] = true;
-      if (r.value_node != no_node) live[r.value_node] = true;
+      for (const auto& d : r.decisions)
+        for (auto id : {d.node, d.lhs})
+          if (id != no_node) live[id] = true;
     }
     for (std::size_t i = plan_.nodes.size(); i-- > 0;)
       if (live[i])
@@ -131,18 +133,34 @@ class Planner {
     plan_.nodes = std::move(kept);
     for (auto& r : plan_.rules) {
       r.root = renumber[r.root];
-      if (r.value_node != no_node) r.value_node = renumber[r.value_node];
+      for (auto& d : r.decisions)
+        for (auto* id : {&d.node, &d.lhs})
+          if (*id != no_node) *id = renumber[*id];
       for (auto& l : r.leaves) l = renumber[l];
     }
   }
 
-  static const ir::Node* deciding_comparison(const ir::Node& n) {
-    if (is_comparison(n.op)) return &n;
-    if (n.op == ir::Op::and_ || n.op == ir::Op::or_) return deciding_comparison(*n.args[0]);
-    // default(x > 1, false) decides by its condition when it has a value.
-    if (n.op == ir::Op::call && n.fn->kind == stdlib::FnKind::fallback)
-      return deciding_comparison(*n.args[0]);
-    return nullptr;
+  /// Appends the decision tree of `n` (see Decision); returns its index.
+  /// Plan ids come from `ids_` (filled by add), so this adds no nodes.
+  std::int32_t decision(const ir::Node& n, std::vector<Decision>& out) {
+    const auto at = static_cast<std::int32_t>(out.size());
+    out.push_back({Decision::Kind::none, ids_.at(&n), no_node, -1, -1});
+    if (is_comparison(n.op)) {
+      out[at].kind = Decision::Kind::comparison;
+      out[at].lhs = ids_.at(n.args[0].get());
+    } else if (n.op == ir::Op::and_) {
+      out[at].kind = Decision::Kind::and_;
+      const auto a = decision(*n.args[0], out);
+      out[at].a = a;
+    } else if (n.op == ir::Op::or_ ||
+               (n.op == ir::Op::call && n.fn->kind == stdlib::FnKind::fallback)) {
+      out[at].kind = n.op == ir::Op::or_ ? Decision::Kind::or_ : Decision::Kind::fallback;
+      const auto a = decision(*n.args[0], out);
+      const auto b = decision(*n.args[1], out);
+      out[at].a = a;
+      out[at].b = b;
+    }
+    return at;
   }
 
   void collect_leaves(std::uint32_t id, std::vector<std::uint32_t>& out) const {
@@ -173,6 +191,12 @@ class Planner {
   }
 
   std::uint32_t add(const ir::Node& n) {
+    const std::uint32_t id = add_node(n);
+    ids_[&n] = id;
+    return id;
+  }
+
+  std::uint32_t add_node(const ir::Node& n) {
     PlanNode p;
     p.op = n.op;
     p.type = n.type;
@@ -202,7 +226,8 @@ class Planner {
     if (p.op == ir::Op::range_call) {
       auto& r = p.selector == no_node ? p.history : plan_.selectors[p.selector].retention;
       r.cover(p.window, *p.fn);
-      p.time_dependent |= p.window.unit == ir::Unit::steps || p.window.unit == ir::Unit::seconds;
+      p.time_dependent |= p.window.unit == ir::Unit::steps || p.window.unit == ir::Unit::seconds ||
+                          p.fn->kind == stdlib::FnKind::clock;
     }
     for (auto in : p.inputs) p.time_dependent |= plan_.nodes[in].time_dependent;
     plan_.nodes.push_back(std::move(p));
@@ -239,6 +264,7 @@ class Planner {
 
   Plan plan_;
   std::unordered_map<std::string, std::uint32_t> nodes_;
+  std::unordered_map<const ir::Node*, std::uint32_t> ids_;  // IR node -> plan node
   std::unordered_map<std::string, std::uint32_t> selectors_;
 };
 

@@ -476,6 +476,18 @@ std::vector<FunctionDef> make_defs() {
     f.example = "default(max(val_loss), 0) > 5 or loss > 10";
     d.push_back(std::move(f));
   }
+  // The clock.
+  {
+    FunctionDef f;
+    f.name = "age";
+    f.kind = FnKind::clock;
+    f.params = {{"x", T::series}};
+    f.doc = "seconds since x's latest sample: the observation's time minus that sample's time; "
+            "re-read at every observation that has a time, samples or not";
+    f.example = "age(step_time) > 1800";
+    f.warmup = "needs times: undefined for a sample or an observation without one";
+    d.push_back(std::move(f));
+  }
   // Stateful over the whole history.
   {
     auto f = sf("prev", {num("x")}, s_prev, "the previous non-NaN sample of x",

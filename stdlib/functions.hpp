@@ -26,6 +26,7 @@ enum class FnKind {
   range,        // f(x[window], consts...) per series, over its window
   stateful,     // f(x, consts...) per series, over its whole history
   fallback,     // default(x, v): x where it has a value, else v
+  clock,        // age(x): per series, read from its latest sample's time at every observation
 };
 
 /// Static kinds of arguments and results.
@@ -34,6 +35,7 @@ enum class ArgType {
   boolean,
   range,   // a window of numbers: x[...] or (expression)[...]
   condition_range,  // a window of a boolean expression: (x > 1)[...]
+  series,  // a series itself (a selector), not an expression of it
   string,  // constant string (e.g. mode "min")
 };
 

@@ -12,6 +12,8 @@ std::string signature(const FunctionDef& d) {
     if (!ps.empty()) ps += ", ";
     if (p.type == ArgType::range || p.type == ArgType::condition_range)
       ps += fmt::format("{}[N]", p.name);
+    else if (p.type == ArgType::series)
+      ps += fmt::format("{} (a series)", p.name);
     else if (!p.choices.empty())
       ps += fmt::format("{}: \"{}\"", p.name, p.choices);
     else
@@ -47,6 +49,11 @@ std::string render_function_reference(const FunctionRegistry& registry) {
        "An operand without a value (a series never fed, a window not yet full, an aggregation "
        "of an empty vector) makes the whole condition undefined; `default` gives such an "
        "operand a value instead."},
+      {FnKind::clock, "The clock",
+       "Values that change with time alone. A rule that reads one is evaluated at every "
+       "observation with a time, including observations without samples (the ticks of "
+       "`rulecheck watch` and `rulecheck run --tick`, or a host's `observe` with no samples): "
+       "that is how a stall is seen while it lasts."},
   };
   std::string out =
       "# Function reference\n\n"

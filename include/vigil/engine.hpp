@@ -66,7 +66,7 @@ struct Firing {
   double time = std::numeric_limits<double>::quiet_NaN();  // NaN: none given
   Severity severity = Severity::warning;
   const Labels* labels = nullptr;  // the output series' labels; empty for scalar rules
-  std::optional<double> value;     // lhs of the deciding comparison
+  std::optional<double> value;     // lhs of the deciding comparison (docs/semantics.md §4)
   std::int64_t pending_since = 0;  // step of the first true evaluation of the current run
   const std::vector<Action>* actions = nullptr;  // the rule's, or an escalation's
   /// 0 for the rule's own actions; k for its k-th `escalate` clause.

@@ -755,9 +755,26 @@ TEST(Firing, ValueIsLhsOfDecidingComparisonAndPendingSince) {
   auto both = run("rule r: when x * 10 > 1 and y > 1 do log", trace);
   ASSERT_EQ(both.size(), 1u);
   EXPECT_EQ(both[0].value, 20.0);
+  // For `A or B` it comes from the side that holds: B when only B does, A
+  // when both do.
   auto either = run("rule r: when x > 100 or y > 1 do log", trace);
   ASSERT_EQ(either.size(), 1u);
-  EXPECT_EQ(either[0].value, 2.0);
+  EXPECT_EQ(either[0].value, 9.0);
+  auto both_hold = run("rule r: when x > 1 or y > 1 do log", trace);
+  ASSERT_EQ(both_hold.size(), 1u);
+  EXPECT_EQ(both_hold[0].value, 2.0);
+  // default(x, v) takes the value of the side it uses; a condition that is
+  // no comparison (is_nan) has none.
+  auto fallback = run("rule r: when default(z > 1, false) or y > 1 do log", trace);
+  ASSERT_EQ(fallback.size(), 1u);
+  EXPECT_EQ(fallback[0].value, 9.0);
+  auto no_value = run("rule r: when is_nan(x) or x > 1 do log", trace);
+  ASSERT_EQ(no_value.size(), 1u);
+  EXPECT_EQ(no_value[0].value, 2.0);
+  std::vector<Obs> nan_trace{{1, {{"x", nan}}}};
+  auto nan_side = run("rule r: when is_nan(x) or x > 1 do log", nan_trace);
+  ASSERT_EQ(nan_side.size(), 1u);
+  EXPECT_FALSE(nan_side[0].value.has_value());
 }
 
 TEST(Firing, RulesFireInProgramOrder) {

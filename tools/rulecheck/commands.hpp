@@ -21,6 +21,7 @@ struct RunOptions {
   bool keep_going = false;
   std::string step_column;           // CSV step column (TraceOptions::step_column)
   std::vector<std::string> aliases;  // `NEW=OLD`: trace series OLD read as NEW
+  double tick = 0;  // seconds between clock ticks inserted into time gaps; 0: none
 };
 
 /// `rulecheck watch`: follow one growing trace.

@@ -167,7 +167,16 @@ void Replay::note(const vigil::Observation& obs) { intern(obs); }
 
 std::span<const vigil::Firing> Replay::feed(const vigil::Observation& obs) {
   intern(obs);
+  last_.fed = true;
+  last_.step = obs.step;
+  if (last_.mode != obs.mode) last_.mode = obs.mode;
+  last_.time = obs.time;
   return engine_.observe(obs.step, samples_, {.mode = obs.mode, .time = obs.time});
+}
+
+std::span<const vigil::Firing> Replay::tick(double time) {
+  if (!last_.fed) return {};
+  return engine_.observe(last_.step, {}, {.mode = last_.mode, .time = time});
 }
 
 }  // namespace rulecheck

@@ -59,6 +59,12 @@ class Replay {
   std::span<const vigil::Firing> feed(const vigil::Observation& obs);
   /// Interns `obs`'s keys (so their names count as seen) without observing.
   void note(const vigil::Observation& obs);
+  /// A clock tick: an observation without samples at `time`, with the step
+  /// and mode of the last one fed (nothing before the first). Rules reading
+  /// `age(...)` see time pass; no other rule is evaluated.
+  std::span<const vigil::Firing> tick(double time);
+  /// The time of the last observation fed, NaN if it had none.
+  [[nodiscard]] double last_time() const { return last_.time; }
 
   [[nodiscard]] vigil::Engine& engine() { return engine_; }
   [[nodiscard]] const std::unordered_set<std::string>& names_seen() const { return names_seen_; }
@@ -72,6 +78,12 @@ class Replay {
   std::unordered_map<std::string, std::optional<vigil::SeriesId>> ids_;
   std::unordered_set<std::string> names_seen_;
   std::vector<vigil::Sample> samples_;
+  struct Last {
+    bool fed = false;
+    std::int64_t step = 0;
+    std::string mode;
+    double time = std::numeric_limits<double>::quiet_NaN();
+  } last_;
 };
 
 }  // namespace rulecheck

@@ -4,7 +4,7 @@
 //   rulecheck test TESTFILES... [--strict]
 //   rulecheck run RULES... --trace PATH... [--format text|json] [--param k=v]...
 //                 [--explain] [--from STEP] [--to STEP] [--keep-going]
-//                 [--step-column NAME] [--alias NEW=OLD]...
+//                 [--step-column NAME] [--alias NEW=OLD]... [--tick S]
 //   rulecheck watch RULES... --trace PATH [--exec CMD] [--poll MS] [--timeout S] ...
 //   rulecheck stdlib [NAME] [--markdown]
 //
@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
   run->add_flag("--keep-going", run_opts.keep_going,
                 "a damaged trace is a warning (its valid prefix is used), not exit status 2");
   run->add_option("--step-column", run_opts.step_column, "CSV: the column holding the step");
+  run->add_option("--tick", run_opts.tick,
+                  "replay time gaps as a live monitor polling every S seconds would see them "
+                  "(clock ticks for age(...) rules)")
+      ->check(CLI::NonNegativeNumber);
   run->add_option("--alias", run_opts.aliases,
                   "read trace series OLD as NEW, NEW=OLD (repeatable; overrides alias statements)")
       ->allow_extra_args(false)

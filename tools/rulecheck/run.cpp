@@ -95,6 +95,20 @@ class ProgressBar {
   Clock::time_point last_draw_;
 };
 
+// `--tick S`: what a live monitor polling every S seconds would have seen
+// between the last observation and one at `next` — clock ticks at last + S,
+// last + 2S, ... before `next`. A gap of more than max_ticks ticks gets
+// max_ticks evenly spread ones (a clock rule fires at the first tick past its
+// threshold, so coarser ticks only report it later within the gap).
+template <class Emit>
+void tick_until(Replay& replay, double next, double every, Emit& emit) {
+  constexpr double max_ticks = 100000;
+  const double last = replay.last_time();
+  if (!(next > last)) return;  // NaN times, or no gap
+  const double step = std::max(every, (next - last) / max_ticks);
+  for (double k = 1; last + k * step < next; ++k) emit(replay.tick(last + k * step));
+}
+
 // Replays one trace through a fresh engine, printing firings as they come.
 void run_trace(const vigil::Program& program, const std::string& trace, const RunOptions& opts,
                Format format, bool multiple_traces, RunTotals& totals) {
@@ -111,18 +125,8 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
   bool header_printed = false;
   ProgressBar progress(*reader, trace);
 
-  vigil::Observation obs;
-  while (reader->next(obs)) {
-    progress.tick();
-    // Series outside the window still "appear in the trace" for the warning above.
-    if (obs.step < opts.from || obs.step > opts.to) {
-      replay.note(obs);
-      continue;
-    }
-
-    ++totals.observations;
-    const auto firings = replay.feed(obs);
-    if (firings.empty()) continue;
+  auto emit = [&](std::span<const vigil::Firing> firings) {
+    if (firings.empty()) return;
     out.clear();
     if (format == Format::text && multiple_traces && !header_printed) {
       out += fmt::format("== {}\n", trace);
@@ -137,6 +141,20 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
     progress.clear();
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fflush(stdout);  // before the bar is drawn again on the same terminal
+  };
+
+  vigil::Observation obs;
+  while (reader->next(obs)) {
+    progress.tick();
+    // Series outside the window still "appear in the trace" for the warning above.
+    if (obs.step < opts.from || obs.step > opts.to) {
+      replay.note(obs);
+      continue;
+    }
+
+    ++totals.observations;
+    if (opts.tick > 0) tick_until(replay, obs.time, opts.tick, emit);
+    emit(replay.feed(obs));
   }
   progress.clear();
   std::fflush(stdout);

@@ -126,6 +126,7 @@ Observations build_observations(const TestCase& t) {
                                       : t.step_start + static_cast<std::int64_t>(i) * t.step_stride;
     const double time = i < t.times.size() && t.times[i] ? *t.times[i]
                                                          : std::numeric_limits<double>::quiet_NaN();
+    const std::size_t before = out.list.size();
     for (const auto& mode : modes) {
       vigil::Observation o;
       o.step = step;
@@ -134,6 +135,14 @@ Observations build_observations(const TestCase& t) {
       for (const auto& s : t.series)
         if (s.mode == mode && i < s.values.size() && s.values[i]) o.values.emplace_back(s.key, *s.values[i]);
       if (!o.values.empty()) out.list.push_back(std::move(o));
+    }
+    // A column with a time and no sample at all is a clock tick (age(...)).
+    if (out.list.size() == before && !std::isnan(time) && before > 0) {
+      vigil::Observation tick;
+      tick.step = step;
+      tick.mode = out.list.back().mode;
+      tick.time = time;
+      out.list.push_back(std::move(tick));
     }
   }
   return out;

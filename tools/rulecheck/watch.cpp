@@ -182,10 +182,21 @@ class Watcher {
   // Reads and evaluates everything available now.
   void drain() {
     vigil::Observation obs;
+    bool any = false;
     while (!stop_requested() && reader_->next(obs)) {
       ++observations_;
+      any = true;
       const auto firings = replay_->feed(obs);
       if (!silent_) report(firings);
+    }
+    if (any) {
+      last_read_at_ = Clock::now();
+    } else if (!std::isnan(replay_->last_time())) {
+      // Nothing new: let the trace's clock run on by the wall time since its
+      // last observation was read, so age(...) rules see a stall while it
+      // lasts (the trace's own time base, whatever it is, stays consistent).
+      const std::chrono::duration<double> idle = Clock::now() - last_read_at_;
+      report(replay_->tick(replay_->last_time() + idle.count()));
     }
     if (const auto& error = reader_->error()) {
       // Firings before the damage are already out; a damaged live trace ends the watch.
@@ -258,6 +269,7 @@ class Watcher {
   const bool json_;
 
   std::unique_ptr<vigil::TraceReader> reader_;
+  Clock::time_point last_read_at_ = Clock::now();
   std::optional<Replay> replay_;
   std::pair<dev_t, ino_t> identity_{};
   bool regular_ = true;
