@@ -232,13 +232,20 @@ TEST(Alloc, FiringBurstAfterWarmUpDoesNotAllocate) {
 }
 
 // Mixed modes and wall time: eval observations every 10 steps (rules `in
-// eval`, `x[N evals]` windows, which gather eval samples into scratch) and
-// `x[30s]` windows by time.
+// eval`, `x[N evals]` windows, which gather eval samples into scratch),
+// `x[30s]` windows by time, clock ticks (observations without samples) read
+// by age(), ranges over expressions, before(), default() and until.
 constexpr const char* mixed_rules = R"(
 rule overfit: when val_loss > 1.02 * mean(loss[25 steps]) in eval do log
 rule val_slow: when rel_change(val_loss[5 evals]) > -0.01 in eval cooldown 2 evals do log
 rule slow_steps: when mean(step_time[30s]) > 0.55 for 2 samples do log
 rule loss_high: when loss > 0.9 for 2 samples do log
+rule joint: when count((loss > 0.6 and step_time < 0.4)[20]) > 6 do log
+rule gap: when mean((val_loss - loss)[3 evals]) > 0.2 in eval do log
+rule flat: when loss >= before(loss[15 steps]) for 3 samples do log
+rule optional: when default(max(never_fed), 0) > 1 or loss > 0.97 do log
+rule stall: when age(step_time) > 0.4 do log
+rule early: when loss > 0.98 until 2500 steps do log
 )";
 
 TEST(Alloc, SteadyStateMixedModesAndTimeWindowsDoNotAllocate) {
@@ -259,6 +266,7 @@ TEST(Alloc, SteadyStateMixedModesAndTimeWindowsDoNotAllocate) {
       const double time = 1000.0 + static_cast<double>(i);  // one step per second
       firings += f.engine.observe(step, train[i], {.mode = "train", .time = time}).size();
       if (i % 10 == 0) firings += f.engine.observe(step, eval[i], {.mode = "eval", .time = time}).size();
+      if (i % 7 == 0) firings += f.engine.observe(step, {}, {.mode = "train", .time = time + 0.5}).size();
     }
   };
   run(0, 2000);
