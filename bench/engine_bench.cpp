@@ -7,6 +7,12 @@
 //   BM_Observe/N            N = 10, 100, 1000 rules over the same 100 series
 //   BM_Compile_1000_rules   compile_string of a generated 1000-rule file
 //   BM_Parse_1000_rules     grammar::parse alone of the same text
+//   BM_CountOverCondition   count((cpu_util > 90 and gpu_util < 10)[100]) over 8
+//                           GPUs (a range over an expression, cpu_util broadcast)
+//   BM_CountOverCondition_HandWritten  the same with a ring of flags and a
+//                           running count per GPU; ..._HandWrittenRecount
+//                           recounts the ring at each observation, as the
+//                           engine does for every range function
 //
 // The workload is generated from one table of rule specs (`make_specs`), which
 // is rendered both as rule text for the engine and as a hand-written evaluator
@@ -403,6 +409,134 @@ BENCHMARK(BM_Observe_HandWritten);
 
 void BM_Observe(benchmark::State& state) { run_observe(state, static_cast<int>(state.range(0))); }
 BENCHMARK(BM_Observe)->Arg(10)->Arg(100)->Arg(1000);
+
+// ---- a range over an expression -------------------------------------------------
+
+// cpu_util (no labels) against 8 gpu_util{gpu=...}: per GPU, how many of the
+// last 100 observations had a busy CPU and an idle GPU (SageMaker's
+// CPUBottleneck). The data makes the count cross the threshold now and then.
+constexpr int gpus = 8;
+constexpr int joint_window = 100;
+constexpr int joint_threshold = 20;
+constexpr const char* joint_rule =
+    "rule bottleneck: when count((cpu_util > 90 and gpu_util < 10)[100]) > 20 do log";
+
+struct JointData {
+  std::vector<std::array<double, gpus + 1>> values;  // cpu, then the GPUs
+  JointData() : values(pool_size) {
+    std::mt19937_64 rng(11);
+    for (int i = 0; i < pool_size; ++i) {
+      // Busy phases (joint probability ~0.3) alternate with calm ones (0.01).
+      const bool busy = (i / 128) % 2 == 0;
+      std::uniform_real_distribution<double> cpu(busy ? 82 : 0, 100), gpu(0, busy ? 18 : 100);
+      values[static_cast<std::size_t>(i)][0] = cpu(rng);
+      for (int g = 1; g <= gpus; ++g) values[static_cast<std::size_t>(i)][static_cast<std::size_t>(g)] = gpu(rng);
+    }
+  }
+};
+
+const JointData& joint_data() {
+  static const JointData d;
+  return d;
+}
+
+struct JointEngine {
+  vigil::Engine engine;
+  std::array<vigil::SeriesId, gpus + 1> ids{};
+  std::array<vigil::Sample, gpus + 1> samples{};
+  JointEngine() : engine(compile(), options()) {
+    ids[0] = *engine.series("cpu_util");
+    for (int g = 0; g < gpus; ++g)
+      ids[static_cast<std::size_t>(g + 1)] = *engine.series(fmt::format("gpu_util{{gpu=\"{}\"}}", g));
+  }
+  std::size_t observe(std::int64_t step, const std::array<double, gpus + 1>& v) {
+    for (std::size_t i = 0; i < v.size(); ++i) samples[i] = {ids[i], v[i]};
+    return engine.observe(step, samples).size();
+  }
+  static vigil::Program compile() {
+    auto r = vigil::compile_string(joint_rule, "bench.rules");
+    if (!r.ok()) die(r.format_diagnostics());
+    return *r.program;
+  }
+  static vigil::EngineOptions options() {
+    vigil::EngineOptions o;
+    o.unbound = vigil::UnboundActions::record;
+    return o;
+  }
+};
+
+/// The same rule by hand: a ring of flags per GPU and the edge trigger. The
+/// count is kept running (`Recount = false`: what one would write for this
+/// one rule), or recounted over the ring at every observation as the engine
+/// does for every range function (`Recount = true`).
+template <bool Recount>
+struct JointHandWritten {
+  std::array<std::array<std::uint8_t, joint_window>, gpus> flags{};
+  std::array<int, gpus> count{};
+  std::array<bool, gpus> fired{};
+  std::size_t n = 0;
+  std::size_t observe(const std::array<double, gpus + 1>& v) {
+    const std::size_t slot = n % joint_window;
+    std::size_t firings = 0;
+    for (std::size_t g = 0; g < gpus; ++g) {
+      const std::uint8_t f = v[0] > 90 && v[g + 1] < 10;
+      count[g] += f - flags[g][slot];
+      flags[g][slot] = f;
+      if constexpr (Recount) {
+        int c = 0;
+        for (auto x : flags[g]) c += x;
+        count[g] = c;
+      }
+      if (n + 1 < joint_window) continue;
+      const bool holds = count[g] > joint_threshold;
+      firings += holds && !fired[g];
+      fired[g] = holds;
+    }
+    ++n;
+    return firings;
+  }
+};
+
+void BM_CountOverCondition(benchmark::State& state) {
+  const JointData& d = joint_data();
+  {  // equal work first: the same firings at every observation
+    JointEngine e;
+    JointHandWritten<false> h;
+    std::size_t total = 0;
+    for (int i = 0; i < 4 * pool_size; ++i) {
+      const auto& v = d.values[static_cast<std::size_t>(i % pool_size)];
+      const auto fe = e.observe(i, v), fh = h.observe(v);
+      if (fe != fh) die(fmt::format("count over condition: engine {} vs hand-written {} at {}", fe, fh, i));
+      total += fe;
+    }
+    if (total == 0) die("count over condition: workload never fires");
+  }
+  JointEngine e;
+  std::int64_t step = 0;
+  for (; step < 2 * joint_window; ++step) e.observe(step, d.values[static_cast<std::size_t>(step % pool_size)]);
+  std::size_t firings = 0;
+  for (auto _ : state) {
+    firings += e.observe(step, d.values[static_cast<std::size_t>(step % pool_size)]);
+    ++step;
+  }
+  benchmark::DoNotOptimize(firings);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_CountOverCondition);
+
+template <bool Recount>
+void BM_CountOverCondition_HandWritten(benchmark::State& state) {
+  const JointData& d = joint_data();
+  JointHandWritten<Recount> h;
+  std::size_t i = 0;
+  for (; i < 2 * joint_window; ++i) h.observe(d.values[i % pool_size]);
+  std::size_t firings = 0;
+  for (auto _ : state) firings += h.observe(d.values[i++ % pool_size]);
+  benchmark::DoNotOptimize(firings);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_CountOverCondition_HandWritten<false>)->Name("BM_CountOverCondition_HandWritten");
+BENCHMARK(BM_CountOverCondition_HandWritten<true>)->Name("BM_CountOverCondition_HandWrittenRecount");
 
 // ---- compile benchmarks -------------------------------------------------------
 

@@ -786,7 +786,10 @@ struct Engine::Impl {
     }
     const std::uint32_t ri = n.inputs[1];
     const Column& r = columns[ri];
-    const bool lv = plan->nodes[li].vector, rv = plan->nodes[ri].vector;
+    // A lone label-less element against a labelled vector broadcasts as a scalar.
+    const bool ll = lone(li), rl = lone(ri);
+    const bool lv = plan->nodes[li].vector && !(ll && !rl && plan->nodes[ri].vector);
+    const bool rv = plan->nodes[ri].vector && !(rl && !ll && plan->nodes[li].vector);
     if (lv == rv && l.labels != r.labels) return false;  // needs a join
     const Column& shape = lv || !rv ? l : r;
     const auto m = static_cast<Eigen::Index>(shape.values.size());

@@ -133,8 +133,12 @@ double r_max(const Window& w, std::span<const double>) {
 }
 double r_count(const Window& w, std::span<const double>) { return static_cast<double>(w.n); }
 double r_count_true(const Window& w, std::span<const double>) {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < w.n; ++i) n += w.values[i] != 0 && !std::isnan(w.values[i]);
+  // Branch-free: a NaN is unequal to itself, so it is no true sample.
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < w.n; ++i) {
+    const double v = w.values[i];
+    n += static_cast<std::int64_t>((v != 0) & (v == v));
+  }
   return static_cast<double>(n);
 }
 double r_var(const Window& w, std::span<const double>) {
