@@ -367,7 +367,8 @@ struct Engine::Impl {
       s.need.steps = std::max(s.need.steps, sel.retention.steps);
       s.need.seconds = std::max(s.need.seconds, sel.retention.seconds);
       s.need.evals = std::max(s.need.evals, sel.retention.evals);
-      s.need.preceding |= sel.retention.preceding;
+      s.need.preceding_steps |= sel.retention.preceding_steps;
+      s.need.preceding_seconds |= sel.retention.preceding_seconds;
       auto& m = members[i];
       auto pos = std::lower_bound(m.begin(), m.end(), s.labels, [&](SeriesId a, std::uint32_t l) {
         return series[a].labels < l;
@@ -467,19 +468,42 @@ struct Engine::Impl {
 
   // ---- ingest ---------------------------------------------------------------
 
+  /// Whether some held sample newer than the oldest satisfies `outside`
+  /// (lies before a window). `ordered`: the samples are in that order, so
+  /// the first one that does not satisfy it ends the search.
+  template <class Outside>
+  static bool newer_outside(const History& h, bool ordered, Outside outside) {
+    for (std::size_t i = 1; i < h.size; ++i) {
+      if (outside(h.at(i))) return true;
+      if (ordered) return false;
+    }
+    return false;
+  }
+
   /// Whether the oldest held sample must survive the next push.
   bool still_needed(const History& h, const interp::Retention& need) const {
     if (h.size < need.count) return true;
-    // `before` needs the newest sample outside a step/time window: the
-    // oldest may go only once the next one is outside it too.
-    std::size_t p = h.at(need.preceding && h.size > 1 ? 1 : 0);
-    // A later observation of another mode may have a lower step than this
-    // one, so step windows keep what the lowest current step of any mode
-    // seen so far could still reach.
-    if (need.steps > 0 && static_cast<double>(h.step[p]) > static_cast<double>(low_step) - need.steps)
-      return true;
-    if (need.seconds > 0 && h.time[p] > last_time - need.seconds) return true;
-    if (need.evals > 0 && h.mode[h.at(0)] == 1 && h.evals <= need.evals) return true;
+    const std::size_t oldest = h.at(0);
+    if (need.steps > 0) {
+      // A later observation of another mode may have a lower step than this
+      // one, so step windows keep what the lowest current step of any mode
+      // seen so far could still reach.
+      const double bound = static_cast<double>(low_step) - need.steps;
+      auto outside = [&](std::size_t p) { return static_cast<double>(h.step[p]) <= bound; };
+      if (!outside(oldest)) return true;
+      // `before` needs the newest sample outside the window: the oldest
+      // stays until a newer one is outside too.
+      if (need.preceding_steps && !newer_outside(h, h.steps_sorted, outside)) return true;
+    }
+    if (need.seconds > 0) {
+      // Samples without a time are in no time window and never `before` one.
+      const double bound = last_time - need.seconds;
+      if (h.time[oldest] > bound) return true;
+      if (need.preceding_seconds && !std::isnan(h.time[oldest]) &&
+          !newer_outside(h, false, [&](std::size_t p) { return h.time[p] <= bound; }))
+        return true;
+    }
+    if (need.evals > 0 && h.mode[oldest] == 1 && h.evals <= need.evals) return true;
     return false;
   }
 

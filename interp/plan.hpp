@@ -27,8 +27,8 @@ struct Retention {
   double steps = 0;         // samples within N steps of the current one
   double seconds = 0;       // samples within N seconds of now
   std::size_t evals = 0;    // the last N eval-mode samples
-  /// Also the newest sample older than a step/time window (`before`).
-  bool preceding = false;
+  /// Also the newest sample older than the step / time window (`before`).
+  bool preceding_steps = false, preceding_seconds = false;
 
   /// Widens this retention to cover `window` (read by `fn`).
   void cover(const ir::Dur& window, const stdlib::FunctionDef& fn);

@@ -45,11 +45,11 @@ void Retention::cover(const ir::Dur& window, const stdlib::FunctionDef& fn) {
       break;
     case ir::Unit::steps:
       steps = std::max(steps, window.amount);
-      preceding |= fn.preceding;
+      preceding_steps |= fn.preceding;
       break;
     case ir::Unit::seconds:
       seconds = std::max(seconds, window.amount);
-      preceding |= fn.preceding;
+      preceding_seconds |= fn.preceding;
       break;
     case ir::Unit::epochs: break;  // rejected by the checker
   }

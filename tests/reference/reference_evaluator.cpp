@@ -24,6 +24,50 @@ const T* as(const ast::Expr& e) {
   return std::get_if<T>(&e.node);
 }
 
+/// The correctly rounded sum of finite doubles (Shewchuk's exact partials,
+/// then a round-half-even fix-up); with an infinity, the plain sum.
+double exact_sum(const std::vector<double>& v) {
+  for (double x : v)
+    if (std::isinf(x)) {
+      double plain = 0;
+      for (double y : v) plain += y;
+      return plain;
+    }
+  // partials: non-overlapping, increasing magnitude, summing exactly to the total.
+  std::vector<double> partials;
+  for (double x : v) {
+    std::size_t kept = 0;
+    for (double y : partials) {
+      if (std::fabs(x) < std::fabs(y)) std::swap(x, y);
+      const double hi = x + y;
+      const double lo = y - (hi - x);
+      if (lo != 0) partials[kept++] = lo;
+      x = hi;
+    }
+    partials.resize(kept);
+    partials.push_back(x);
+  }
+  if (partials.empty()) return 0;  // not reached: windows are never empty
+  std::size_t n = partials.size();
+  double hi = partials[--n];
+  double lo = 0;
+  while (n > 0) {
+    const double x = hi;
+    const double y = partials[--n];
+    hi = x + y;
+    lo = y - (hi - x);
+    if (lo != 0) break;
+  }
+  // hi + lo is exact; when lo is exactly half an ulp and the rest of the
+  // partials push the same way, round away instead of to even.
+  if (n > 0 && ((lo < 0 && partials[n - 1] < 0) || (lo > 0 && partials[n - 1] > 0))) {
+    const double y = lo * 2;
+    const double x = hi + y;
+    if (y == x - hi) hi = x;
+  }
+  return hi + 0.0;  // a sum starts from +0: the sum of -0.0 alone is +0.0
+}
+
 /// Reductions over the samples of a window, by the letter of the evaluation semantics (SPEC §2):
 /// a NaN sample makes every numeric reduction NaN except count/first/last.
 double reduce(const std::string& fn, const std::vector<double>& v) {
@@ -35,8 +79,9 @@ double reduce(const std::string& fn, const std::vector<double>& v) {
   if (fn == "delta") return v.back() - v.front();
   if (fn == "min") return *std::min_element(v.begin(), v.end());
   if (fn == "max") return *std::max_element(v.begin(), v.end());
-  double sum = 0;
-  for (double x : v) sum += x;  // the generator's values are exact in binary
+  // The exact sum, rounded once: sums are compensated (SPEC), and values such
+  // as 1/3 from ranges over expressions are not exact in binary.
+  const double sum = exact_sum(v);
   if (fn == "sum") return sum;
   if (fn == "mean") return sum / static_cast<double>(v.size());
   return nan;
@@ -60,7 +105,32 @@ bool is_time_unit(ast::DurUnit u) {
 
 bool is_range_fn(const std::string& fn) {
   return fn == "mean" || fn == "min" || fn == "max" || fn == "sum" || fn == "count" ||
-         fn == "delta" || fn == "first" || fn == "last";
+         fn == "delta" || fn == "first" || fn == "last" || fn == "before";
+}
+
+bool is_series(const ast::Expr& e) { return as<ast::Name>(e) || as<ast::Selector>(e); }
+
+/// Whether an expression is a condition (boolean) rather than a number; the
+/// reference decides this syntactically, which is exact for its subset.
+bool is_bool(const ast::Expr& e) {
+  if (as<ast::Bool>(e)) return true;
+  if (const auto* u = as<ast::Unary>(e)) return u->op == ast::UnaryOp::not_;
+  if (const auto* b = as<ast::Binary>(e)) {
+    switch (b->op) {
+      case ast::BinaryOp::add:
+      case ast::BinaryOp::sub:
+      case ast::BinaryOp::mul:
+      case ast::BinaryOp::div:
+      case ast::BinaryOp::mod:
+      case ast::BinaryOp::pow: return false;
+      default: return true;
+    }
+  }
+  if (const auto* c = as<ast::Call>(e)) {
+    if (c->fn == "is_nan") return true;
+    if (c->fn == "default" && !c->args.empty()) return is_bool(*c->args[0]);
+  }
+  return false;
 }
 
 }  // namespace
@@ -110,7 +180,8 @@ Evaluator::Evaluator(const std::string& text) {
     r.name = decl->name;
     r.when = decl->clauses.when.get();
     r.for_ = span(decl->clauses.for_);
-    r.after = span(decl->clauses.after);
+    r.after = span(decl->clauses.after, true);
+    r.until = span(decl->clauses.until, true);
     r.every = span(decl->clauses.every);
     r.cooldown = span(decl->clauses.cooldown);
     r.mode = decl->clauses.mode;
@@ -123,15 +194,37 @@ Evaluator::Evaluator(const std::string& text) {
       error_ = "reference does not support the condition of rule " + r.name;
       return;
     }
+    collect_expression_ranges(*r.when);
     rules_.push_back(std::move(r));
   }
 }
 
-std::optional<Evaluator::Span> Evaluator::span(const ast::ExprPtr& e) {
+void Evaluator::collect_expression_ranges(const ast::Expr& e) {
+  std::visit(
+      [&](const auto& n) {
+        using T = std::decay_t<decltype(n)>;
+        if constexpr (std::is_same_v<T, ast::Unary>) {
+          collect_expression_ranges(*n.operand);
+        } else if constexpr (std::is_same_v<T, ast::Binary>) {
+          collect_expression_ranges(*n.lhs);
+          collect_expression_ranges(*n.rhs);
+        } else if constexpr (std::is_same_v<T, ast::Call>) {
+          for (const auto& a : n.args) collect_expression_ranges(*a);
+        } else if constexpr (std::is_same_v<T, ast::Subscript>) {
+          if (is_series(*n.base)) return;
+          collect_expression_ranges(*n.base);  // inner ranges first: E reads them
+          expr_ranges_.push_back(&n);
+          expr_history_[&n];
+        }
+      },
+      e.node);
+}
+
+std::optional<Evaluator::Span> Evaluator::span(const ast::ExprPtr& e, bool allow_epochs) {
   if (!e) return std::nullopt;
   const auto* d = as<ast::Duration>(*e);
   const ast::Number* n = d && d->amount ? as<ast::Number>(*d->amount) : nullptr;
-  if (n == nullptr || d->unit == ast::DurUnit::epochs) {
+  if (n == nullptr || (d->unit == ast::DurUnit::epochs && !allow_epochs)) {
     error_ = "reference supports only `N samples|steps|evals` and time durations";
     return std::nullopt;
   }
@@ -146,7 +239,7 @@ bool Evaluator::check(const ast::Expr& e) {
   return std::visit(
       [&](const auto& n) -> bool {
         using T = std::decay_t<decltype(n)>;
-        if constexpr (std::is_same_v<T, ast::Number>) {
+        if constexpr (std::is_same_v<T, ast::Number> || std::is_same_v<T, ast::Bool>) {
           return true;
         } else if constexpr (std::is_same_v<T, ast::Name> || std::is_same_v<T, ast::Selector>) {
           return true;
@@ -162,10 +255,17 @@ bool Evaluator::check(const ast::Expr& e) {
               if (!as<ast::Number>(*n.args[i]) && !as<ast::String>(*n.args[i])) return false;
             return n.args.size() == (n.fn == "prev" ? 1u : n.fn == "steps_since_best" ? 3u : 2u);
           }
+          if (n.fn == "default")
+            return n.args.size() == 2 && check(*n.args[0]) && check(*n.args[1]) &&
+                   is_bool(*n.args[0]) == is_bool(*n.args[1]);
           if (n.args.size() != 1) return false;
           if (const auto* s = as<ast::Subscript>(*n.args[0])) {
             if (!is_range_fn(n.fn)) return false;
-            if (!as<ast::Name>(*s->base) && !as<ast::Selector>(*s->base)) return false;
+            if (!is_series(*s->base)) {
+              // A range over an expression; over a condition only count.
+              if (!check(*s->base)) return false;
+              if (is_bool(*s->base) && n.fn != "count") return false;
+            }
             if (const auto* num = as<ast::Number>(*s->size)) return num->value >= 1;
             const auto* d = as<ast::Duration>(*s->size);
             return d && d->amount && as<ast::Number>(*d->amount) &&
@@ -227,16 +327,50 @@ Evaluator::Value Evaluator::eval_range(const std::string& fn, const ast::Subscri
   const bool by_steps = unit == ast::DurUnit::steps;
   const bool by_time = is_time_unit(unit);
   if (by_time && std::isnan(now_)) return out;  // undefined without a current time
-  for (const Series* series : select(*s.base)) {
+  const double seconds = amount * seconds_per(unit);
+
+  // The histories to reduce: a series' samples, or an expression range's
+  // record of E (per label set; a boolean E stored as 1 / 0).
+  std::vector<std::pair<const Labels*, const std::vector<Sample>*>> histories;
+  bool counts_truth = false;
+  if (is_series(*s.base)) {
+    for (const Series* series : select(*s.base)) histories.emplace_back(&series->labels, &series->history);
+  } else {
+    counts_truth = is_bool(*s.base);
+    for (const auto& [labels, h] : expr_history_.at(&s)) histories.emplace_back(&labels, &h);
+  }
+
+  for (const auto& [labels, hp] : histories) {
+    const auto& h = *hp;
+    if (h.empty()) continue;
+    Elem e;
+    e.fresh = h.back().obs == obs_index_;
+    if (fn == "before") {
+      // The newest sample older than the window, by arrival.
+      const Sample* found = nullptr;
+      std::int64_t skip = static_cast<std::int64_t>(amount);  // x[N]: the (N+1)-th newest
+      for (auto it = h.rbegin(); it != h.rend() && !found; ++it) {
+        if (by_steps) {
+          if (static_cast<double>(it->step) <= static_cast<double>(step_) - amount) found = &*it;
+        } else if (by_time) {
+          if (it->time <= now_ - seconds) found = &*it;  // NaN times never match
+        } else if (unit != ast::DurUnit::evals || it->eval) {
+          if (skip-- == 0) found = &*it;
+        }
+      }
+      if (!found) continue;
+      e.num = found->value;
+      out.elems[*labels] = e;
+      continue;
+    }
     std::vector<double> window;
-    const auto& h = series->history;
     if (by_steps || by_time) {
       // (cur - N, cur] by step number, or (now - T, now] by time; samples
       // without a time are in no time window.
       for (const auto& sm : h) {
         bool in = by_steps ? static_cast<double>(sm.step) > static_cast<double>(step_) - amount &&
                                  sm.step <= step_
-                           : sm.time > now_ - amount * seconds_per(unit) && sm.time <= now_;
+                           : sm.time > now_ - seconds && sm.time <= now_;
         if (in) window.push_back(sm.value);
       }
       std::size_t need = fn == "delta" ? 2 : 1;
@@ -251,12 +385,28 @@ Evaluator::Value Evaluator::eval_range(const std::string& fn, const ast::Subscri
       if (static_cast<std::ptrdiff_t>(all.size()) < n) continue;
       window.assign(all.end() - n, all.end());
     }
-    Elem e;
-    e.num = reduce(fn, window);
-    e.fresh = h.back().obs == obs_index_;
-    out.elems[series->labels] = e;
+    if (counts_truth) {
+      // count over a condition: the samples where it held.
+      e.num = static_cast<double>(std::count(window.begin(), window.end(), 1.0));
+    } else {
+      e.num = reduce(fn, window);
+    }
+    out.elems[*labels] = e;
   }
   return out;
+}
+
+void Evaluator::record_expression_ranges() {
+  for (const ast::Subscript* s : expr_ranges_) {
+    const bool truth = is_bool(*s->base);
+    Value v = eval(*s->base);
+    auto& hist = expr_history_.at(s);
+    for (const auto& [labels, e] : v.elems) {
+      if (!e.fresh) continue;
+      hist[labels].push_back({step_, obs_index_, truth ? (e.truth ? 1.0 : 0.0) : e.num,
+                              mode_ == "eval", now_});
+    }
+  }
 }
 
 /// Stateful functions, recomputed by replaying the series' whole history.
@@ -311,6 +461,12 @@ Evaluator::Value Evaluator::eval_stateful(const ast::Call& c) const {
 
 Evaluator::Value Evaluator::eval_call(const ast::Call& c) const {
   if (is_stateful_fn(c.fn)) return eval_stateful(c);
+  if (c.fn == "default") {
+    // x's elements (with their freshness and deciding comparison) if it has
+    // any now, else v's.
+    Value x = eval(*c.args[0]);
+    return x.elems.empty() ? eval(*c.args[1]) : x;
+  }
   if (const auto* s = as<ast::Subscript>(*c.args[0])) return eval_range(c.fn, *s);
   Value arg = eval(*c.args[0]);
   if (c.fn == "abs" || c.fn == "is_nan") {
@@ -328,15 +484,17 @@ Evaluator::Value Evaluator::eval_call(const ast::Call& c) const {
   Value out;
   out.scalar = true;
   if (arg.elems.empty()) return out;
-  if (c.fn == "mean" || c.fn == "count") {
+  if (c.fn == "mean" || c.fn == "count" || c.fn == "sum") {
+    // Sums are exact then rounded once, as in ranges (compensated in the
+    // engine); values like 1/3 from mean(v[3]) are not exact in binary.
     Elem r;
-    double sum = 0;
+    std::vector<double> xs;
     for (const auto& [labels, e] : arg.elems) {
       r.fresh = r.fresh || e.fresh;
-      sum += e.num;
+      xs.push_back(e.num);
     }
     auto n = static_cast<double>(arg.elems.size());
-    r.num = c.fn == "count" ? n : sum / n;
+    r.num = c.fn == "count" ? n : reduce(c.fn, xs);
     out.elems[{}] = r;
     return out;
   }
@@ -388,6 +546,12 @@ Evaluator::Value Evaluator::eval(const ast::Expr& e) const {
     }
     return v;
   }
+  if (const auto* bl = as<ast::Bool>(e)) {
+    Value v;
+    v.scalar = true;
+    v.elems[{}] = Elem{0, bl->value, false, std::nullopt};
+    return v;
+  }
   if (const auto* c = as<ast::Call>(e)) return eval_call(*c);
   const auto& b = std::get<ast::Binary>(e.node);
   Value l = eval(*b.lhs);
@@ -411,7 +575,11 @@ Evaluator::Value Evaluator::eval(const ast::Expr& e) const {
       case ast::BinaryOp::eq: o.truth = !nan_in && x.num == y.num; o.decide = x.num; break;
       case ast::BinaryOp::ne: o.truth = !nan_in && x.num != y.num; o.decide = x.num; break;
       case ast::BinaryOp::and_: o.truth = x.truth && y.truth; o.decide = x.decide; break;
-      case ast::BinaryOp::or_: o.truth = x.truth || y.truth; o.decide = x.decide; break;
+      // `A or B` reports B's comparison when only B holds (it decided), else A's.
+      case ast::BinaryOp::or_:
+        o.truth = x.truth || y.truth;
+        o.decide = y.truth && !x.truth ? y.decide : x.decide;
+        break;
     }
     return o;
   };
@@ -439,6 +607,22 @@ Evaluator::Value Evaluator::eval(const ast::Expr& e) const {
   return out;
 }
 
+/// The run's progress in a clause's unit: the step, the rule's earlier
+/// opportunities, seconds since the first observation that had a time (NaN
+/// without one), or the latest `epoch` value (NaN before there is one).
+double Evaluator::progress(const Span& s, std::int64_t opportunities_before) const {
+  switch (s.unit) {
+    case ast::DurUnit::steps: return static_cast<double>(step_);
+    case ast::DurUnit::seconds: return first_time_ ? now_ - *first_time_ : nan;
+    case ast::DurUnit::epochs: {
+      auto it = series_.find({"epoch", {}});
+      return it == series_.end() || it->second.history.empty() ? nan
+                                                               : it->second.history.back().value;
+    }
+    default: return static_cast<double>(opportunities_before);
+  }
+}
+
 void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
   if (rule.mode && *rule.mode != mode_) return;
   Value cond = eval(*rule.when);
@@ -446,17 +630,11 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
   for (const auto& [labels, e] : cond.elems) any_fresh = any_fresh || e.fresh;
   if (!any_fresh) return;  // not an opportunity (also when undefined)
 
-  if (rule.after) {
-    if (rule.after->unit == ast::DurUnit::steps) {
-      if (static_cast<double>(step_) < rule.after->amount) return;
-    } else if (rule.after->unit == ast::DurUnit::seconds) {
-      // skipped unless time >= first observation time + T (never without times)
-      if (std::isnan(now_) || !first_time_ || !(now_ >= *first_time_ + rule.after->amount)) return;
-    } else if (static_cast<double>(rule.after_seen) < rule.after->amount) {
-      ++rule.after_seen;
-      return;
-    }
-  }
+  // Every opportunity counts, also those that after/until skip. NaN progress
+  // passes neither clause (comparisons with NaN are false).
+  const std::int64_t before = rule.opportunities++;
+  if (rule.after && !(progress(*rule.after, before) >= rule.after->amount)) return;
+  if (rule.until && !(progress(*rule.until, before) < rule.until->amount)) return;
   if (rule.every) {
     if (rule.every->unit == ast::DurUnit::steps) {
       if (rule.last_evaluated_step &&
@@ -537,6 +715,7 @@ std::vector<Firing> Evaluator::observe(const Observation& obs) {
     else
       series.history.push_back({obs.step, obs_index_, s.value, obs.mode == "eval", obs.time});
   }
+  record_expression_ranges();
   for (auto& rule : rules_) run_rule(rule, out);
   return out;
 }

@@ -8,15 +8,24 @@
 // per-rule after/every counters. Obviously correct beats fast here.
 //
 // Supported subset (what the generator produces; anything else is reported by
-// `error()`): named rules with `when`, `for|after|cooldown N samples|steps|evals|Ns`,
-// `every N samples|steps|evals`, `in MODE`, `do ACTIONS` (actions ignored);
-// numbers, series names and selectors with = != =~ !~ matchers;
-// + - * / % ^ unary -; comparisons; and/or/not; abs, is_nan; aggregations
-// max/min/sum/mean/count of one vector; range reductions
-// mean/min/max/sum/count/delta/first/last over x[N], x[N steps], x[N evals],
-// x[Ns|m|h]; stateful prev/ewma/best/steps_since_best of a series (not of an
-// arbitrary expression). Observations whose step is below the previous step
-// of their mode are ignored, as the engine does.
+// `error()`): named rules with `when`, `for|after|until|cooldown N samples|steps|evals|Ns`
+// (`after`/`until` also `N epochs`), `every N samples|steps|evals`, `in MODE`, `do ACTIONS`
+// (actions ignored); numbers, true/false, series names and selectors with = != =~ !~ matchers;
+// + - * / % ^ unary -; comparisons; and/or/not; abs, is_nan, default(x, v);
+// aggregations max/min/sum/mean/count of one vector; range reductions
+// mean/min/max/sum/count/delta/first/last/before over x[N], x[N steps], x[N evals],
+// x[Ns|m|h], where x is a series or any expression E that reads one (`(a - b)[3]`; over a
+// boolean E only count, which counts the samples where E held); stateful
+// prev/ewma/best/steps_since_best of a series (not of an arbitrary expression).
+// Observations whose step is below the previous step of their mode are ignored, as
+// the engine does.
+//
+// An expression range `(E)[W]` keeps, per label set of E, the history of E's
+// values at the observations where that element of E was fresh (from the first
+// observation of the program on, whether or not a rule is evaluated there):
+// that history is the one extra piece of state, recorded in observe() before
+// the rules run, innermost ranges first. Sums (ranges and aggregations) are the
+// exact sum rounded once, what the engine's compensated sums approximate.
 #pragma once
 
 #include <cstdint>
@@ -102,8 +111,8 @@ class Evaluator {
     bool scalar = false;
     std::map<Labels, Elem> elems;
   };
-  /// A clause duration; `unit` is samples (also for evals), steps or seconds
-  /// (also for minutes and hours, scaled).
+  /// A clause duration; `unit` is samples (also for evals), steps, seconds
+  /// (also for minutes and hours, scaled) or epochs (after/until only).
   struct Span {
     ast::DurUnit unit = ast::DurUnit::samples;
     double amount = 0;
@@ -120,11 +129,11 @@ class Evaluator {
   struct Rule {
     std::string name;
     const ast::Expr* when = nullptr;
-    std::optional<Span> for_, after, every, cooldown;
+    std::optional<Span> for_, after, until, every, cooldown;
     std::optional<std::string> mode;
     // state
     std::map<Labels, ElemState> elems;
-    std::int64_t after_seen = 0;
+    std::int64_t opportunities = 0;  // before the current one; `after|until N samples`
     std::int64_t every_index = 0;
     std::optional<std::int64_t> last_evaluated_step;
   };
@@ -132,10 +141,14 @@ class Evaluator {
   Value eval(const ast::Expr& e) const;
   Value eval_call(const ast::Call& c) const;
   Value eval_range(const std::string& fn, const ast::Subscript& s) const;
+  /// Appends E's fresh elements to the history of every expression range.
+  void record_expression_ranges();
+  void collect_expression_ranges(const ast::Expr& e);
+  double progress(const Span& s, std::int64_t opportunities_before) const;
   Value eval_stateful(const ast::Call& c) const;
   std::vector<const Series*> select(const ast::Expr& base) const;
   bool check(const ast::Expr& e);
-  std::optional<Span> span(const ast::ExprPtr& e);
+  std::optional<Span> span(const ast::ExprPtr& e, bool allow_epochs = false);
   void run_rule(Rule& rule, std::vector<Firing>& out);
 
   SourceSet sources_;
@@ -143,6 +156,10 @@ class Evaluator {
   std::string error_;
   std::vector<Rule> rules_;
   std::map<std::pair<std::string, Labels>, Series> series_;
+  // Expression ranges in post-order (an inner range before the ones around
+  // it) and their per-label-set histories.
+  std::vector<const ast::Subscript*> expr_ranges_;
+  std::map<const ast::Subscript*, std::map<Labels, std::vector<Sample>>> expr_history_;
   std::size_t obs_index_ = 0;
   std::int64_t step_ = 0;
   std::string mode_;
