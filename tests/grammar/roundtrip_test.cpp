@@ -150,6 +150,7 @@ ast::Clauses gen_clauses(bool rule) {
   if (rule || maybe()) c.when = gen_expr(3);
   if (maybe()) c.for_ = gen_clause_duration();
   if (maybe()) c.after = gen_clause_duration();
+  if (maybe()) c.until = gen_clause_duration();
   if (maybe()) c.every = gen_clause_duration();
   if (maybe()) c.cooldown = gen_clause_duration();
   if (maybe()) c.severity = *rc::gen::elementOf(std::vector<std::string>{"info", "warning", "critcal"});
