@@ -1196,6 +1196,31 @@ struct Engine::Impl {
 
   // ---- explain --------------------------------------------------------------
 
+  /// The recorded values of a range over an expression, for the firing's
+  /// label set (or every label set of a scalar firing, up to 8).
+  void explain_expr_range(std::uint32_t id, std::string_view expr, const Firing& f,
+                          std::string& out) const {
+    std::size_t shown = 0;
+    for (const auto& h : expr_hist[id]) {
+      if (!f.labels->empty() && labelsets[h.labels].get() != f.labels) continue;
+      if (++shown > 8) {
+        out += "    ...\n";
+        break;
+      }
+      auto* self = const_cast<Impl*>(this);
+      const auto& n = plan->nodes[id];
+      auto w = n.fn->preceding ? self->preceding(h.hist, n.window) : self->window(h.hist, n.window);
+      std::string vals;
+      const std::size_t from = w.n > 12 ? w.n - 12 : 0;
+      if (from) vals += "... ";
+      for (std::size_t i = from; i < w.n; ++i)
+        vals += fmt::format("{}{}@{}", i > from ? " " : "", w.values[i], w.steps[i]);
+      const std::string labels = format_series_key("", *labelsets[h.labels]);
+      out += fmt::format("    {}{}{}: {} samples [{}]\n", expr, labels.empty() ? "" : " for ",
+                         labels, w.n, vals);
+    }
+  }
+
   std::string explain(const Firing& f) const {
     std::size_t ri = static_cast<std::size_t>(f.rule - program.rules().data());
     if (ri >= plan->rules.size()) return {};
@@ -1209,6 +1234,10 @@ struct Engine::Impl {
                                   ? std::string_view(text).substr(n.range.begin,
                                                                   n.range.end - n.range.begin)
                                   : std::string_view{};
+      if (n.selector == no_node) {
+        explain_expr_range(leaf, expr, f, out);
+        continue;
+      }
       const auto& ms = members[n.selector];
       std::size_t shown = 0;
       for (SeriesId sid : ms) {
@@ -1223,6 +1252,9 @@ struct Engine::Impl {
         if (n.op == ir::Op::selector) {
           out += fmt::format("    {} = {} (step {})\n", key, s.hist.value[s.hist.newest()],
                              s.hist.step[s.hist.newest()]);
+        } else if (n.fn->kind == stdlib::FnKind::clock) {
+          out += fmt::format("    {} for {}: {} s since its sample at step {}\n", expr, key,
+                             time - s.hist.time[s.hist.newest()], s.hist.step[s.hist.newest()]);
         } else {
           auto* self = const_cast<Impl*>(this);
           auto w = n.fn->preceding ? self->preceding(s.hist, n.window) : self->window(s.hist, n.window);

@@ -81,7 +81,8 @@ struct PlanRule {
   std::uint32_t root = no_node;
   /// decisions[0] is the condition's; empty when it has no value at all.
   std::vector<Decision> decisions;
-  /// Selector and range nodes the condition reads (for explain).
+  /// Selector and range nodes the condition reads, ranges over expressions
+  /// followed by what they read (for explain and RuleInfo::reads).
   std::vector<std::uint32_t> leaves;
 };
 

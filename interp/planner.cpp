@@ -165,9 +165,9 @@ class Planner {
 
   void collect_leaves(std::uint32_t id, std::vector<std::uint32_t>& out) const {
     const auto& n = plan_.nodes[id];
-    if (n.op == ir::Op::selector || (n.op == ir::Op::range_call && n.selector != no_node)) {
+    if (n.op == ir::Op::selector || n.op == ir::Op::range_call) {
       if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
-      return;
+      if (n.selector != no_node) return;  // a range over an expression: its series too
     }
     for (auto in : n.inputs) collect_leaves(in, out);
   }

@@ -98,7 +98,8 @@ CompileResult compile_roots(std::vector<interp::RootFile> roots, const CompileOp
   for (std::size_t i = 0; i < impl->plan.rules.size(); ++i) {
     auto& reads = impl->rules[i].reads;
     for (auto leaf : impl->plan.rules[i].leaves)
-      reads.push_back(impl->plan.selectors[impl->plan.nodes[leaf].selector].selector.name);
+      if (const auto sel = impl->plan.nodes[leaf].selector; sel != interp::no_node)
+        reads.push_back(impl->plan.selectors[sel].selector.name);
     std::sort(reads.begin(), reads.end());
     reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
   }

@@ -133,6 +133,38 @@ TEST(Run, ExplainIsIndentedUnderItsFiring) {
   EXPECT_TRUE(second.starts_with("    ")) << r.out;
 }
 
+TEST(Run, ExplainShowsTheValuesOfARangeOverAnExpression) {
+  const auto r = rulecheck("run stall.rules --trace stall.jsonl --explain");
+  ASSERT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("step 2 [train] busy (warning) value=2 -> log\n"
+                               "    count((step_time > 5)[3]): 3 samples [1@0 1@1 0@2]\n"))
+      << r.out;
+  EXPECT_THAT(r.out, HasSubstr("    age(step_time) for step_time: 0 s since its sample at step 3\n"))
+      << r.out;
+}
+
+TEST(Run, TickReplaysTimeGapsForClockRules) {
+  // Without ticks the stall (no step from t=1020 to t=1150) is seen when the
+  // stalled step ends; with --tick 10 at the first tick past 60 s (t=1090),
+  // with the step and the age then.
+  const auto plain = rulecheck("run stall.rules --trace stall.jsonl --format json");
+  ASSERT_EQ(plain.status, 1) << plain.err;
+  auto ids = firing_ids(plain.out);
+  EXPECT_THAT(ids, ::testing::Contains("stalled@3"));
+  const auto ticked = rulecheck("run stall.rules --trace stall.jsonl --format json --tick 10");
+  ASSERT_EQ(ticked.status, 1) << ticked.err;
+  bool seen = false;
+  for (const auto& j : json_lines(ticked.out)) {
+    if (j["rule"] != "stalled") continue;
+    EXPECT_FALSE(seen) << "the stall fires once: " << ticked.out;
+    seen = true;
+    EXPECT_EQ(j["step"], 2);
+    EXPECT_EQ(j["time"], 1090.0);
+    EXPECT_EQ(j["value"], 70.0);
+  }
+  EXPECT_TRUE(seen) << ticked.out;
+}
+
 TEST(Run, NothingFiresExitsZero) {
   const auto r = rulecheck("run quiet.rules --trace basic.jsonl --format json");
   EXPECT_EQ(r.status, 0) << r.err;
