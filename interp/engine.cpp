@@ -1196,6 +1196,20 @@ struct Engine::Impl {
 
   // ---- explain --------------------------------------------------------------
 
+  /// "N samples [value@step ...]": what range node `n` reads of `h` (the
+  /// newest 12 shown).
+  std::string window_text(const History& h, const PlanNode& n) const {
+    // window() and preceding() fill scratch buffers; explain is off the hot path.
+    auto* self = const_cast<Impl*>(this);
+    auto w = n.fn->preceding ? self->preceding(h, n.window) : self->window(h, n.window);
+    std::string vals;
+    const std::size_t from = w.n > 12 ? w.n - 12 : 0;
+    if (from) vals += "... ";
+    for (std::size_t i = from; i < w.n; ++i)
+      vals += fmt::format("{}{}@{}", i > from ? " " : "", w.values[i], w.steps[i]);
+    return fmt::format("{} samples [{}]", w.n, vals);
+  }
+
   /// The recorded values of a range over an expression, for the firing's
   /// label set (or every label set of a scalar firing, up to 8).
   void explain_expr_range(std::uint32_t id, std::string_view expr, const Firing& f,
@@ -1207,17 +1221,9 @@ struct Engine::Impl {
         out += "    ...\n";
         break;
       }
-      auto* self = const_cast<Impl*>(this);
-      const auto& n = plan->nodes[id];
-      auto w = n.fn->preceding ? self->preceding(h.hist, n.window) : self->window(h.hist, n.window);
-      std::string vals;
-      const std::size_t from = w.n > 12 ? w.n - 12 : 0;
-      if (from) vals += "... ";
-      for (std::size_t i = from; i < w.n; ++i)
-        vals += fmt::format("{}{}@{}", i > from ? " " : "", w.values[i], w.steps[i]);
       const std::string labels = format_series_key("", *labelsets[h.labels]);
-      out += fmt::format("    {}{}{}: {} samples [{}]\n", expr, labels.empty() ? "" : " for ",
-                         labels, w.n, vals);
+      out += fmt::format("    {}{}{}: {}\n", expr, labels.empty() ? "" : " for ", labels,
+                         window_text(h.hist, plan->nodes[id]));
     }
   }
 
@@ -1256,14 +1262,7 @@ struct Engine::Impl {
           out += fmt::format("    {} for {}: {} s since its sample at step {}\n", expr, key,
                              time - s.hist.time[s.hist.newest()], s.hist.step[s.hist.newest()]);
         } else {
-          auto* self = const_cast<Impl*>(this);
-          auto w = n.fn->preceding ? self->preceding(s.hist, n.window) : self->window(s.hist, n.window);
-          std::string vals;
-          const std::size_t from = w.n > 12 ? w.n - 12 : 0;
-          if (from) vals += "... ";
-          for (std::size_t i = from; i < w.n; ++i)
-            vals += fmt::format("{}{}@{}", i > from ? " " : "", w.values[i], w.steps[i]);
-          out += fmt::format("    {} over {}: {} samples [{}]\n", expr, key, w.n, vals);
+          out += fmt::format("    {} over {}: {}\n", expr, key, window_text(s.hist, n));
         }
       }
     }
