@@ -321,12 +321,22 @@ double frac_dead_units_as(const TensorView& t, double threshold) {
   // the same memory). A 1-d tensor leaves a 0-d view: one unit at offset 0.
   const TensorView units{t.data, t.dtype, t.shape.subspan(1), strides.subspan(1)};
   std::int64_t dead = 0, count = 0;
+  // Units in blocks, the batch outer: each batch entry reads a block of
+  // neighbouring units (a contiguous stretch for a row-major tensor) instead
+  // of one element per row, and the counters stay on the stack.
+  constexpr std::int64_t block = 2048;
+  std::array<std::int64_t, block> active;
   for_each_run(units, [&](std::int64_t offset, std::int64_t n, std::int64_t stride) {
-    for (std::int64_t u = 0; u < n; ++u) {
-      const auto* p = base + offset + u * stride;
-      std::int64_t active = 0;
-      for (std::int64_t b = 0; b < batch; ++b) active += E::get(p + b * batch_stride) > 0;
-      dead += 100.0 * static_cast<double>(active) / static_cast<double>(batch) < threshold;
+    for (std::int64_t first = 0; first < n; first += block) {
+      const std::int64_t m = std::min(block, n - first);
+      std::fill_n(active.begin(), m, 0);
+      const auto* p = base + offset + first * stride;
+      for (std::int64_t b = 0; b < batch; ++b, p += batch_stride)
+        for (std::int64_t u = 0; u < m; ++u) active[static_cast<std::size_t>(u)] += E::get(p + u * stride) > 0;
+      for (std::int64_t u = 0; u < m; ++u)
+        dead += 100.0 * static_cast<double>(active[static_cast<std::size_t>(u)]) /
+                    static_cast<double>(batch) <
+                threshold;
     }
     count += n;
   });
