@@ -591,8 +591,7 @@ struct Engine::Impl {
     }
   }
 
-  /// The window of `s` for `w`, as a contiguous span (gathered for evals).
-  /// The window of `s` for `w`, in time order: a span of the ring buffer
+  /// The window of `h` for `w`, in time order: a span of the ring buffer
   /// when the samples are contiguous there, else gathered.
   stdlib::Window window(const History& h, const ir::Dur& w) {
     const stdlib::Window none{nullptr, nullptr, 0, nullptr};
