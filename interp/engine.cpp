@@ -190,6 +190,9 @@ struct TensorSeries {
   std::vector<ParamRequest> params;
   bool needs_prev = false;  // an update stat or frac_changed is read
   bool has_prev = false;
+  /// Multi-process: the whole tensor's norm at its previous observation
+  /// (update_ratio of combined stats divides by it).
+  double combined_norm = std::numeric_limits<double>::quiet_NaN();
   DType prev_dtype = DType::float32;
   std::vector<std::int64_t> prev_shape;
   std::vector<std::byte> prev;  // packed row-major copy
@@ -303,6 +306,12 @@ struct Engine::Impl {
   std::unordered_map<std::string, SeriesId, KeyHash, std::equal_to<>> series_ids;  std::vector<TensorSeries> tensors;
   std::unordered_map<std::string, TensorId, KeyHash, std::equal_to<>> tensor_ids;
   std::vector<Sample> with_tensors;  // samples + derived stats of one observe
+  // Multi-process (EngineOptions::allgather): this process's stats of the
+  // tensors of one observe, every process's, and the tensors they belong to.
+  std::vector<double> gather_local, gather_all;
+  std::vector<TensorId> gathered;
+  std::vector<TensorStats> parts;
+  std::vector<double> part_values, part_numels;
 
   std::vector<std::vector<SeriesId>> members;  // per plan selector
   std::optional<SeriesId> epoch_series;
@@ -439,22 +448,84 @@ struct Engine::Impl {
     if (ts.tensor >= tensors.size()) return;  // not an id of this engine: ignored
     TensorSeries& t = tensors[ts.tensor];
     if (t.mask == 0 && t.params.empty()) return;
-    const TensorView prev{t.prev.data(), t.prev_dtype, t.prev_shape, {}};
-    const TensorView* previous = t.needs_prev && t.has_prev ? &prev : nullptr;
-    if (t.mask != 0) {
-      const TensorStats stats = compute_stats(ts.view, previous);
-      for (std::size_t i = 0; i < stat_count; ++i)
-        if (t.mask & stat_bit(static_cast<Stat>(i)))
-          with_tensors.push_back({t.derived[i], stats.values[i]});
-    }
+    const TensorView* previous = previous_of(t);
+    if (t.mask != 0) emit_stats(t, compute_stats(ts.view, previous).values);
     for (const auto& p : t.params)
       with_tensors.push_back(
           {p.series, compute_param_stat(p.stat, std::span<const double>(p.args, p.nargs), ts.view,
                                         previous)});
-    if (t.needs_prev) {
-      t.has_prev = pack_tensor(ts.view, t.prev);
-      t.prev_dtype = ts.view.dtype;
-      t.prev_shape.assign(ts.view.shape.begin(), ts.view.shape.end());
+    keep_previous(t, ts.view);
+  }
+
+  /// The previous value of `t` for update stats, if kept and there is one.
+  const TensorView* previous_of(TensorSeries& t) {
+    prev_view = TensorView{t.prev.data(), t.prev_dtype, t.prev_shape, {}};
+    return t.needs_prev && t.has_prev ? &prev_view : nullptr;
+  }
+  TensorView prev_view;
+
+  void keep_previous(TensorSeries& t, const TensorView& v) {
+    if (!t.needs_prev) return;
+    t.has_prev = pack_tensor(v, t.prev);
+    t.prev_dtype = v.dtype;
+    t.prev_shape.assign(v.shape.begin(), v.shape.end());
+  }
+
+  void emit_stats(const TensorSeries& t, const double (&values)[stat_count]) {
+    for (std::size_t i = 0; i < stat_count; ++i)
+      if (t.mask & stat_bit(static_cast<Stat>(i))) with_tensors.push_back({t.derived[i], values[i]});
+  }
+
+  /// Multi-process: every stat of every tensor some rule reads, gathered from
+  /// all processes and combined before the derived samples are appended. A
+  /// tensor's block in the buffer: its stat_count stats, then its
+  /// parameterised stats.
+  void derive_gathered(std::span<const TensorSample> samples) {
+    gather_local.clear();
+    gathered.clear();
+    for (const auto& ts : samples) {
+      if (ts.tensor >= tensors.size()) continue;
+      TensorSeries& t = tensors[ts.tensor];
+      if (t.mask == 0 && t.params.empty()) continue;
+      const TensorView* previous = previous_of(t);
+      const TensorStats st = compute_stats(ts.view, previous);
+      gather_local.insert(gather_local.end(), std::begin(st.values), std::end(st.values));
+      for (const auto& p : t.params)
+        gather_local.push_back(compute_param_stat(
+            p.stat, std::span<const double>(p.args, p.nargs), ts.view, previous));
+      keep_previous(t, ts.view);
+      gathered.push_back(ts.tensor);
+    }
+    if (gathered.empty()) return;
+    const std::size_t len = gather_local.size();
+    std::size_t ranks = 1;
+    const double* all = gather_local.data();
+    if (options.allgather(gather_local, gather_all) && !gather_all.empty() &&
+        gather_all.size() % len == 0) {
+      ranks = gather_all.size() / len;
+      all = gather_all.data();
+    } else {
+      ++stats.gather_failures;
+    }
+    parts.resize(ranks);
+    part_values.resize(ranks);
+    part_numels.resize(ranks);
+    std::size_t at = 0;
+    for (TensorId id : gathered) {
+      TensorSeries& t = tensors[id];
+      for (std::size_t r = 0; r < ranks; ++r) {
+        std::copy_n(all + r * len + at, stat_count, parts[r].values);
+        part_numels[r] = parts[r][Stat::numel];
+      }
+      const TensorStats whole = combine_stats(parts, t.combined_norm);
+      t.combined_norm = whole[Stat::norm];
+      emit_stats(t, whole.values);
+      at += stat_count;
+      for (const auto& p : t.params) {
+        for (std::size_t r = 0; r < ranks; ++r) part_values[r] = all[r * len + at];
+        with_tensors.push_back({p.series, combine_param_stat(p.stat, part_values, part_numels)});
+        ++at;
+      }
     }
   }
 
@@ -1337,6 +1408,7 @@ struct Engine::Impl {
       w.pod(t.prev_dtype);
       w.vec(t.prev_shape);
       w.vec(t.prev);
+      w.pod(t.combined_norm);
     }
     w.pod(obs);
     w.pod(step);
@@ -1413,6 +1485,7 @@ struct Engine::Impl {
       t.prev_dtype = r.pod<DType>();
       t.prev_shape = r.vec<std::int64_t>();
       t.prev = r.vec<std::byte>();
+      t.combined_norm = r.pod<double>();
     }
     fresh.obs = r.pod<std::uint64_t>();
     fresh.step = r.pod<std::int64_t>();
@@ -1506,7 +1579,10 @@ std::span<const Firing> Engine::observe(std::int64_t step, std::span<const Sampl
                                         const ObserveOptions& options) {
   auto& buf = impl_->with_tensors;
   buf.assign(samples.begin(), samples.end());
-  for (const auto& t : tensors) impl_->derive(t);
+  if (impl_->options.allgather)
+    impl_->derive_gathered(tensors);
+  else
+    for (const auto& t : tensors) impl_->derive(t);
   return impl_->observe(step, buf, options);
 }
 

@@ -535,4 +535,83 @@ TensorStats compute_stats(const TensorView& t, const TensorView* previous) {
   return out;
 }
 
+TensorStats combine_stats(std::span<const TensorStats> parts, double previous_norm) {
+  TensorStats out;
+  auto get = [](const TensorStats& s, Stat k) { return s.values[static_cast<std::size_t>(k)]; };
+  auto set = [&](Stat k, double v) { out.values[static_cast<std::size_t>(k)] = v; };
+  std::fill(std::begin(out.values), std::end(out.values), nan);
+  double n = 0, nans = 0, infs = 0;
+  for (const auto& p : parts) {
+    n += get(p, Stat::numel);
+    nans += get(p, Stat::nan_count);
+    infs += get(p, Stat::inf_count);
+  }
+  set(Stat::numel, n);
+  set(Stat::nan_count, nans);
+  set(Stat::inf_count, infs);
+  if (!(n > 0)) return out;  // as compute_stats of an empty tensor
+  // NaN-propagating extremes (compute_stats' min/max are NaN with a NaN inside).
+  auto extreme = [](double a, double b, bool larger) {
+    if (std::isnan(a) || std::isnan(b)) return nan;
+    return larger ? std::max(a, b) : std::min(a, b);
+  };
+  double sum = 0, abs_sum = 0, sumsq = 0, upd_sq = 0;
+  double mn = 0, mx = 0, amx = 0, zero = 0, pos = 0, neg = 0;
+  bool first = true;
+  for (const auto& p : parts) {
+    const double k = get(p, Stat::numel);
+    if (!(k > 0)) continue;
+    sum += get(p, Stat::sum);
+    abs_sum += get(p, Stat::abs_sum);
+    sumsq += get(p, Stat::norm) * get(p, Stat::norm);
+    upd_sq += get(p, Stat::update_norm) * get(p, Stat::update_norm);
+    mn = first ? get(p, Stat::min) : extreme(mn, get(p, Stat::min), false);
+    mx = first ? get(p, Stat::max) : extreme(mx, get(p, Stat::max), true);
+    amx = first ? get(p, Stat::abs_max) : extreme(amx, get(p, Stat::abs_max), true);
+    zero += get(p, Stat::frac_zero) * k;
+    pos += get(p, Stat::frac_pos) * k;
+    neg += get(p, Stat::frac_neg) * k;
+    first = false;
+  }
+  const double mean = sum / n;
+  // Parallel variance: the parts' spread around their means plus the spread
+  // of their means around the whole's.
+  double m2 = 0;
+  for (const auto& p : parts) {
+    const double k = get(p, Stat::numel);
+    if (!(k > 0)) continue;
+    const double d = get(p, Stat::mean) - mean;
+    m2 += k * (get(p, Stat::var) + d * d);
+  }
+  const double var = nans + infs > 0 ? nan : std::max(0.0, m2 / n);
+  set(Stat::norm, std::sqrt(sumsq));
+  set(Stat::sum, sum);
+  set(Stat::abs_sum, abs_sum);
+  set(Stat::mean, mean);
+  set(Stat::abs_mean, abs_sum / n);
+  set(Stat::var, var);
+  set(Stat::std, std::sqrt(var));
+  set(Stat::min, mn);
+  set(Stat::max, mx);
+  set(Stat::abs_max, amx);
+  set(Stat::frac_zero, zero / n);
+  set(Stat::frac_pos, pos / n);
+  set(Stat::frac_neg, neg / n);
+  set(Stat::frac_nan, nans / n);
+  set(Stat::frac_inf, infs / n);
+  set(Stat::update_norm, std::sqrt(upd_sq));
+  set(Stat::update_ratio, std::sqrt(upd_sq) / previous_norm);
+  return out;
+}
+
+double combine_param_stat(ParamStat, std::span<const double> values, std::span<const double> numels) {
+  double weighted = 0, n = 0;
+  for (std::size_t i = 0; i < values.size() && i < numels.size(); ++i) {
+    if (!(numels[i] > 0)) continue;
+    weighted += values[i] * numels[i];
+    n += numels[i];
+  }
+  return n > 0 ? weighted / n : nan;
+}
+
 }  // namespace vigil

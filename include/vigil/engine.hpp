@@ -106,16 +106,31 @@ enum class UnboundActions {
   record,  // firings still carry the action; nothing is called (rulecheck)
 };
 
+/// Multi-process jobs: given this process's buffer, fills `all` with every
+/// process's buffer, concatenated in rank order (all of one length); false on
+/// failure. vigil::torch::allgather makes one over a c10d process group.
+using AllGather = std::function<bool(std::span<const double> local, std::vector<double>& all)>;
+
 struct EngineOptions {
   /// Param overrides (recompiles the program's sources with them).
   std::map<std::string, Value> params;
   UnboundActions unbound = UnboundActions::error;
+  /// Data-parallel training (SPEC §4): with it, each observe that hands over
+  /// tensors some rule reads gathers every process's stats of those tensors
+  /// and combines them into the stats of the whole tensor (combine_stats,
+  /// combine_param_stat), so every process evaluates the same values and
+  /// reaches the same decisions. Every process must hand over the same
+  /// tensor series in the same order (one collective call per such observe).
+  /// If the call fails, this process's own stats are used and
+  /// EngineStats::gather_failures counts it.
+  AllGather allgather;
 };
 
 struct EngineStats {
   std::uint64_t observations = 0;
   std::uint64_t out_of_order = 0;
   std::uint64_t firings = 0;
+  std::uint64_t gather_failures = 0;
 };
 
 class Engine {

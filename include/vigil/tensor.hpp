@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstring>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -111,6 +112,23 @@ bool parse_param_stat_series(std::string_view name, ParamStatRef& out);
 /// and never allocates.
 double compute_param_stat(ParamStat s, std::span<const double> args, const TensorView& t,
                           const TensorView* previous = nullptr);
+
+/// The stats of a tensor split into disjoint parts (the shards that the
+/// processes of a data-parallel job hold), from the stats of each part:
+/// counts and sums add, norms add in squares, extrema take the extreme,
+/// fractions are weighted by numel, the variance combines by the parallel
+/// formula (NaN if any part's is), update_norm adds in squares. Parts with
+/// numel 0 contribute only their counts. update_ratio is update_norm over
+/// `previous_norm`, the whole tensor's norm at its previous observation (a
+/// ratio per part cannot be combined). Exact up to rounding.
+TensorStats combine_stats(std::span<const TensorStats> parts,
+                          double previous_norm = std::numeric_limits<double>::quiet_NaN());
+/// A parameterised stat of the whole from the parts' values, weighted by
+/// each part's numel: exact for frac_outside and frac_changed; for
+/// frac_dead_units the weighted mean of each part's dead fraction (a unit's
+/// activity over the whole batch is not derivable from the parts').
+double combine_param_stat(ParamStat s, std::span<const double> values,
+                          std::span<const double> numels);
 
 /// Copies the elements of `t` into `out` as a packed row-major array of the
 /// same dtype (reusing out's capacity). False (and `out` empty) for an

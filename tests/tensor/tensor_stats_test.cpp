@@ -1,13 +1,16 @@
 // Fused tensor statistics against a naive reference, and their path through
 // the engine (derived series, only the stats rules read, update stats).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "vigil/engine.hpp"
@@ -579,6 +582,157 @@ TEST(EngineParamStats, SaturatedActivationComputesOnlyTheChosenBounds) {
   EXPECT_EQ(keys, (std::vector<std::string>{"activation_frac_outside(-23,16.99999){layer=\"s1\"}"}));
   ASSERT_EQ(fs.size(), 1u);
   EXPECT_DOUBLE_EQ(*fs[0].value, 40.0);  // 2 of 5 saturated, in percent
+}
+
+// ---- combining the stats of parts (multi-process jobs) ------------------------
+
+/// Whether a combined stat equals the whole's up to rounding of the
+/// different summation orders (`scale`: the magnitude the stat is made of).
+bool close_to(double got, double want, double scale) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::abs(got - want) <= 1e-9 * (1 + std::abs(want) + scale);
+}
+
+RC_GTEST_PROP(CombineStats, PartsCombineToTheWhole, ()) {
+  // A tensor and its previous value, cut into parts at random points (empty
+  // parts included), as the shards of a data-parallel job.
+  const auto n = *rc::gen::inRange<std::size_t>(1, 60);
+  auto value = [] {
+    switch (*rc::gen::inRange(0, 20)) {
+      case 0: return nan;
+      case 1: return std::numeric_limits<double>::infinity();
+      case 2: return 0.0;
+      default: return *rc::gen::inRange(-4000, 4000) / 40.0;
+    }
+  };
+  std::vector<double> x(n), prev(n);
+  for (auto& v : x) v = value();
+  for (std::size_t i = 0; i < n; ++i) prev[i] = *rc::gen::inRange(0, 3) == 0 ? x[i] : value();
+  auto cuts = *rc::gen::container<std::vector<std::size_t>>(
+      *rc::gen::inRange(0, 5), rc::gen::inRange<std::size_t>(0, n + 1));
+  cuts.push_back(0);
+  cuts.push_back(n);
+  std::sort(cuts.begin(), cuts.end());
+
+  std::vector<vigil::TensorStats> parts;
+  for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+    const std::int64_t shape[] = {static_cast<std::int64_t>(cuts[c + 1] - cuts[c])};
+    const vigil::TensorView part{x.data() + cuts[c], DType::float64, shape, {}};
+    const vigil::TensorView before{prev.data() + cuts[c], DType::float64, shape, {}};
+    parts.push_back(vigil::compute_stats(part, &before));
+  }
+  const std::int64_t shape[] = {static_cast<std::int64_t>(n)};
+  const vigil::TensorView whole{x.data(), DType::float64, shape, {}};
+  const vigil::TensorView whole_prev{prev.data(), DType::float64, shape, {}};
+  const auto want = vigil::compute_stats(whole, &whole_prev);
+  const double prev_norm = vigil::compute_stats(whole_prev)[Stat::norm];
+  const auto got = vigil::combine_stats(parts, prev_norm);
+  // The magnitudes the stats are made of (finite elements; the old ones too
+  // for the update stats): rounding differs with the summation order.
+  double big = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    for (double v : {x[i], prev[i]})
+      if (std::isfinite(v)) big = std::max(big, std::abs(v));
+  for (std::size_t k = 0; k < vigil::stat_count; ++k) {
+    const auto stat = static_cast<Stat>(k);
+    const double scale = static_cast<double>(n) * (stat == Stat::var ? big * big : big);
+    if (!close_to(got[stat], want[stat], scale))
+      RC_FAIL(fmt::format("{}: combined {} vs whole {}", vigil::stat_name(stat), got[stat], want[stat]));
+  }
+
+  // frac_outside of the whole is the numel-weighted mean of the parts'.
+  const double bounds[] = {-10, 10};
+  std::vector<double> fracs, numels;
+  for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+    const std::int64_t part_shape[] = {static_cast<std::int64_t>(cuts[c + 1] - cuts[c])};
+    const vigil::TensorView part{x.data() + cuts[c], DType::float64, part_shape, {}};
+    fracs.push_back(vigil::compute_param_stat(ParamStat::frac_outside, bounds, part));
+    numels.push_back(static_cast<double>(part_shape[0]));
+  }
+  RC_ASSERT(close_to(vigil::combine_param_stat(ParamStat::frac_outside, fracs, numels),
+                     vigil::compute_param_stat(ParamStat::frac_outside, bounds, whole), 0));
+}
+
+TEST(CombineStats, EmptyPartsAndNoParts) {
+  const double x[] = {1, -3};
+  const std::int64_t two[] = {2}, none[] = {0};
+  const vigil::TensorStats parts[] = {vigil::compute_stats({x, DType::float64, none, {}}),
+                                      vigil::compute_stats({x, DType::float64, two, {}})};
+  const auto got = vigil::combine_stats(parts);
+  EXPECT_EQ(got[Stat::numel], 2);
+  EXPECT_EQ(got[Stat::min], -3);
+  EXPECT_EQ(got[Stat::var], 4);
+  EXPECT_TRUE(std::isnan(got[Stat::update_ratio]));
+  const auto empty = vigil::combine_stats({});
+  EXPECT_EQ(empty[Stat::numel], 0);
+  EXPECT_TRUE(std::isnan(empty[Stat::mean]));
+}
+
+// Two processes of a data-parallel job, simulated in one: B's allgather hands
+// its buffer over (and fails, so B uses its own stats); A's returns both
+// buffers. A then sees the stats of the concatenated tensor.
+TEST(CombineStats, EngineCombinesGatheredStatsOfEveryProcess) {
+  auto r = vigil::compile_string(
+      "rule big: when activation.abs_max > 5 do log\n"
+      "rule mean: when activation.mean > -100 cooldown 1 samples do log\n"
+      "rule outside: when activation.frac_outside(-2, 2) >= 0 cooldown 1 samples do log\n"
+      "rule ratio: when weight.update_ratio >= 0 cooldown 1 samples do log\n",
+      "dp.rules");
+  ASSERT_TRUE(r.ok()) << r.format_diagnostics();
+  std::vector<double> from_b;
+  vigil::EngineOptions ob{.unbound = vigil::UnboundActions::record};
+  ob.allgather = [&](std::span<const double> local, std::vector<double>&) {
+    from_b.assign(local.begin(), local.end());
+    return false;
+  };
+  vigil::EngineOptions oa{.unbound = vigil::UnboundActions::record};
+  oa.allgather = [&](std::span<const double> local, std::vector<double>& all) {
+    all.assign(local.begin(), local.end());
+    all.insert(all.end(), from_b.begin(), from_b.end());
+    return true;
+  };
+  vigil::Engine a(*r.program, oa), b(*r.program, ob);
+  const auto act_a = *a.tensor("activation"), w_a = *a.tensor("weight");
+  const auto act_b = *b.tensor("activation"), w_b = *b.tensor("weight");
+  const std::int64_t three[] = {3}, two[] = {2};
+  auto values = [](std::span<const vigil::Firing> fs) {
+    std::map<std::string, double> out;
+    for (const auto& f : fs) out[f.rule_name()] = f.value.value_or(nan);
+    return out;
+  };
+  // Step 1: A holds {1, 2, 3}, B {10, -4}; weights A {3, 4}, B {0, 0}.
+  const double xa[] = {1, 2, 3}, xb[] = {10, -4}, wa[] = {3, 4}, wb[] = {0, 0};
+  const vigil::TensorSample sb[] = {{act_b, {xb, DType::float64, two, {}}},
+                                    {w_b, {wb, DType::float64, two, {}}}};
+  const auto fb = values(b.observe(1, {}, sb));
+  EXPECT_TRUE(fb.count("big"));  // B alone: |10| > 5
+  EXPECT_EQ(b.stats().gather_failures, 1u);
+  const vigil::TensorSample sa[] = {{act_a, {xa, DType::float64, three, {}}},
+                                    {w_a, {wa, DType::float64, two, {}}}};
+  const auto fa = values(a.observe(1, {}, sa));
+  ASSERT_TRUE(fa.count("big"));  // A's own max is 3: only the whole fires
+  EXPECT_EQ(fa.at("big"), 10);
+  EXPECT_DOUBLE_EQ(fa.at("mean"), 12.0 / 5);
+  EXPECT_DOUBLE_EQ(fa.at("outside"), 3.0 / 5);  // 3, 10, -4
+  EXPECT_EQ(a.stats().gather_failures, 0u);
+  // Step 2: weights A {6, 8}, B {0, 0}: the whole moved by 5 from a norm of 5.
+  const double wa2[] = {6, 8};
+  const vigil::TensorSample sb2[] = {{w_b, {wb, DType::float64, two, {}}}};
+  (void)b.observe(2, {}, sb2);
+  const vigil::TensorSample sa2[] = {{w_a, {wa2, DType::float64, two, {}}}};
+  const auto fa2 = values(a.observe(2, {}, sa2));
+  ASSERT_TRUE(fa2.count("ratio"));
+  EXPECT_DOUBLE_EQ(fa2.at("ratio"), 1.0);
+  // The previous whole norm is engine state: it survives save/restore.
+  vigil::Engine a2(*r.program, oa);
+  a2.restore_state(a.save_state());
+  (void)b.observe(3, {}, sb2);
+  const double wa3[] = {9, 12};
+  const vigil::TensorSample sa3[] = {{*a2.tensor("weight"), {wa3, DType::float64, two, {}}}};
+  const auto fa3 = values(a2.observe(3, {}, sa3));
+  ASSERT_TRUE(fa3.count("ratio"));
+  EXPECT_DOUBLE_EQ(fa3.at("ratio"), 0.5);  // moved by 5 from a norm of 10
 }
 
 }  // namespace
