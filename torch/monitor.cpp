@@ -663,6 +663,7 @@ Decision Monitor::after_backward(std::int64_t step, double loss) {
   m.samples.clear();
   m.tensors.clear();
   m.keep.clear();
+  if (m.options.reduce_loss) loss = m.options.reduce_loss(loss);
   m.samples.push_back({m.loss_id, loss});
   m.latest.insert_or_assign("loss", loss);
   m.samples.push_back({m.lr_id, learning_rate(m.optimizer)});

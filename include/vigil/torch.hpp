@@ -87,6 +87,10 @@ struct MonitorOptions {
   /// Observe gradients / weights at all (a rule must still read their stats).
   bool watch_grads = true;
   bool watch_weights = true;
+  /// Multi-process jobs: applied to the loss before it is observed, e.g. the
+  /// mean over the processes (vigil::torch::mean_across), so that every
+  /// process sees the same loss. Empty: the process's own loss.
+  std::function<double(double)> reduce_loss;
 };
 
 /// One firing, copied out of the engine (the engine's Firing is only valid

@@ -3,7 +3,10 @@
 // `rulecheck run`, and resume from a checkpoint.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -373,6 +376,71 @@ TEST(TorchCheckpoint, SurvivesSigkillAtRandomMoments) {
     ++verified;
   }
   EXPECT_GE(verified, 20);
+}
+
+/// A TCP port nobody listens on now (the kernel's pick for port 0).
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return 0;
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// SPEC §4: two processes of a data-parallel job (Gloo over 127.0.0.1), each
+// with different activations and losses, report the same firings with the
+// job-wide values: rank 0's own activations never exceed 5 and its own loss
+// is 1, 2, 3; the whole's abs_max is 10 at step 2, its mean 1.44, 2.4, 1.44,
+// the mean loss 2, 4, 6.
+TEST(TorchDistributed, TwoProcessesSeeTheSameCombinedValues) {
+  const fs::path dir = fresh_dir("dist");
+  const std::uint16_t port = free_port();
+  ASSERT_NE(port, 0);
+  const std::string port_text = std::to_string(port);
+  pid_t pids[2] = {};
+  std::string outs[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    outs[rank] = (dir / ("rank" + std::to_string(rank) + ".txt")).string();
+    const std::string rank_text = std::to_string(rank);
+    char* args[] = {const_cast<char*>(VIGIL_DIST_WORKER), const_cast<char*>(rank_text.c_str()),
+                    const_cast<char*>(port_text.c_str()), const_cast<char*>(outs[rank].c_str()),
+                    nullptr};
+    ASSERT_EQ(posix_spawn(&pids[rank], VIGIL_DIST_WORKER, nullptr, nullptr, args, environ), 0);
+  }
+  // Bounded: a hung collective must fail the test, not the CI run.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  for (pid_t pid : pids) {
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pids[0], SIGKILL);
+        ::kill(pids[1], SIGKILL);
+        ::waitpid(pids[0], nullptr, 0);
+        ::waitpid(pids[1], nullptr, 0);
+        FAIL() << "the two workers did not finish within 90 s";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "worker status " << status;
+  }
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string expected =
+      "act_mean 1 1.44\nloss_mean 1 2\n"
+      "act_big 2 10\nact_mean 2 2.4\nloss_mean 2 4\n"
+      "act_mean 3 1.44\nloss_mean 3 6\n"
+      "gather_failures 0\n";
+  EXPECT_EQ(slurp(outs[0]), expected);
+  EXPECT_EQ(slurp(outs[1]), expected);
 }
 
 }  // namespace
