@@ -166,6 +166,24 @@ TEST_F(Watch, TimeoutStopsAndTextFormatIsTheRunFormat) {
             "pause_and_snapshot\n");
 }
 
+TEST_F(Watch, IdleTraceTicksTheClockSoAStallFiresWhileItLasts) {
+  // The trace's times are its own (1001, 1002): the clock runs on from the
+  // last one by the wall time since it was read, so `age(loss) > 1` fires
+  // about a second after the last line, at its step, while nothing is appended.
+  write_trace(R"({"step": 1, "time": 1001, "values": {"loss": 1}}
+{"step": 2, "time": 1002, "values": {"loss": 1}}
+)");
+  auto watcher = watch("--format json --timeout 6", "stall.rules");
+  EXPECT_TRUE(eventually([&] { return firings().size() == 1; }, 10s)) << out() << err();
+  EXPECT_THAT(firings(), ElementsAre("stalled@2"));
+  const auto j = nlohmann::json::parse(out());
+  EXPECT_GT(j["time"].get<double>(), 1003.0);
+  EXPECT_GT(j["value"].get<double>(), 1.0);
+  watcher->signal(SIGTERM);
+  EXPECT_EQ(watcher->wait(20s), 1) << err();
+  EXPECT_EQ(firings().size(), 1u) << "fires once while the stall lasts: " << out();
+}
+
 TEST_F(Watch, StopsWhenTheTraceIsDeleted) {
   write_trace("{\"step\": 1, \"values\": {\"loss\": 1}}\n");
   auto watcher = watch("");
