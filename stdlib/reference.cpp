@@ -38,9 +38,9 @@ std::string render_function_reference(const FunctionRegistry& registry) {
        "Reduce a vector to one scalar with empty labels. An empty vector is undefined: the rule "
        "is not evaluated."},
       {FnKind::range, "Range functions",
-       "Reduce each series' window `x[N]`, `x[N steps]`, `x[N evals]`, `x[10m]` to one value. A "
-       "NaN in the window makes numeric reductions NaN, except `count`, `first`, `last`, "
-       "`changes`."},
+       "Reduce each series' window `x[N]`, `x[N steps]`, `x[N evals]`, `x[10m]` (or an "
+       "expression's, `(x - y)[N]`, `(x > 1)[N]`) to one value. A NaN in the window makes "
+       "numeric reductions NaN, except `count`, `first`, `last`, `changes`."},
       {FnKind::stateful, "Stateful functions",
        "Follow each series over its whole history; the state advances at every new sample of the "
        "argument, whether or not the rule is evaluated then. A NaN sample yields NaN and leaves "
