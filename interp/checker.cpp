@@ -498,6 +498,7 @@ class Checker {
 
     ir::Rule out;
     out.info.name = use.alias.value_or(use.template_name);
+    out.info.template_name = use.template_name;
     out.info.description = tmpl.description.value_or("");
     out.info.file = rs.file;
     out.info.range = use.range;

@@ -1303,6 +1303,16 @@ struct Engine::Impl {
     const auto& pr = plan->rules[ri];
     std::string out;
     const auto& src = program.sources();
+    // A rule made by `use` shows its inputs in the template's words
+    // (`median(metric[window steps])`): first say which arguments those are.
+    const RuleInfo& info = program.rules()[ri];
+    if (!info.template_name.empty() && info.range.end <= src[info.file].text.size()) {
+      std::string_view use = std::string_view(src[info.file].text)
+                                 .substr(info.range.begin, info.range.end - info.range.begin);
+      use = use.substr(0, use.find('\n'));
+      out += fmt::format("    {} ({}:{})\n", use, src[info.file].name,
+                         src.line_col(info.file, info.range.begin).line);
+    }
     for (auto leaf : pr.leaves) {
       const PlanNode& n = plan->nodes[leaf];
       const auto& text = src[n.file].text;

@@ -71,6 +71,9 @@ struct RuleInfo {
   std::vector<Escalation> escalations;
   /// The series names the rule's condition reads, sorted.
   std::vector<std::string> reads;
+  /// The template a `use` instantiated (`loss_spike` for `use std.loss_spike(...)`);
+  /// empty for a rule written out.
+  std::string template_name;
   std::uint32_t file = 0;  // where the rule (or its `use`) is written
   SourceRange range;
 };

@@ -222,6 +222,20 @@ TEST(Values, ParseValue) {
   EXPECT_EQ(std::get<std::string>(vigil::parse_value("1e999999")), "1e999999");
 }
 
+TEST(Explain, ARuleMadeByUseNamesItsArgumentsFirst) {
+  auto p = compile_ok("rule spike(metric = loss, k = 5):\n  when metric > k * median(metric[3]) do log\n"
+                      "use spike(metric = val_loss, k = 2) as val_spike\n");
+  vigil::Engine e(p, {.unbound = vigil::UnboundActions::record});
+  for (double v : {1.0, 1.0, 1.0}) e.observe(1, {{"val_loss", v}});
+  auto fs = e.observe(2, {{"val_loss", 9}});
+  ASSERT_EQ(fs.size(), 1u);
+  const std::string text = e.explain(fs[0]);
+  EXPECT_TRUE(text.starts_with("    use spike(metric = val_loss, k = 2) as val_spike (t.rules:3)\n"))
+      << text;
+  EXPECT_NE(text.find("median(metric[3]) over val_loss: 3 samples [1@1 1@1 9@2]"), std::string::npos)
+      << text;
+}
+
 TEST(Explain, ShowsWindowsAndThePendingTimeline) {
   auto p = compile_ok("rule r:\n  when loss > 2 * mean(loss[3]) for 2 samples\n  do log");
   vigil::Engine e(p, {.unbound = vigil::UnboundActions::record});
