@@ -196,6 +196,10 @@ struct TensorSeries {
   DType prev_dtype = DType::float32;
   std::vector<std::int64_t> prev_shape;
   std::vector<std::byte> prev;  // packed row-major copy
+
+  /// The kept previous value (valid until `prev` changes), and whether there is one.
+  [[nodiscard]] TensorView previous() const { return {prev.data(), prev_dtype, prev_shape, {}}; }
+  [[nodiscard]] bool has_previous() const { return needs_prev && has_prev; }
 };
 
 constexpr StatMask update_stats = stat_bit(Stat::update_norm) | stat_bit(Stat::update_ratio);
@@ -372,12 +376,7 @@ struct Engine::Impl {
     for (std::size_t i = 0; i < plan->selectors.size(); ++i) {
       const auto& sel = plan->selectors[i];
       if (!sel.matches(s.name, labels)) continue;
-      s.need.count = std::max(s.need.count, sel.retention.count);
-      s.need.steps = std::max(s.need.steps, sel.retention.steps);
-      s.need.seconds = std::max(s.need.seconds, sel.retention.seconds);
-      s.need.evals = std::max(s.need.evals, sel.retention.evals);
-      s.need.preceding_steps |= sel.retention.preceding_steps;
-      s.need.preceding_seconds |= sel.retention.preceding_seconds;
+      s.need.widen(sel.retention);
       auto& m = members[i];
       auto pos = std::lower_bound(m.begin(), m.end(), s.labels, [&](SeriesId a, std::uint32_t l) {
         return series[a].labels < l;
@@ -448,7 +447,8 @@ struct Engine::Impl {
     if (ts.tensor >= tensors.size()) return;  // not an id of this engine: ignored
     TensorSeries& t = tensors[ts.tensor];
     if (t.mask == 0 && t.params.empty()) return;
-    const TensorView* previous = previous_of(t);
+    const TensorView prev = t.previous();
+    const TensorView* previous = t.has_previous() ? &prev : nullptr;
     if (t.mask != 0) emit_stats(t, compute_stats(ts.view, previous).values);
     for (const auto& p : t.params)
       with_tensors.push_back(
@@ -456,13 +456,6 @@ struct Engine::Impl {
                                         previous)});
     keep_previous(t, ts.view);
   }
-
-  /// The previous value of `t` for update stats, if kept and there is one.
-  const TensorView* previous_of(TensorSeries& t) {
-    prev_view = TensorView{t.prev.data(), t.prev_dtype, t.prev_shape, {}};
-    return t.needs_prev && t.has_prev ? &prev_view : nullptr;
-  }
-  TensorView prev_view;
 
   void keep_previous(TensorSeries& t, const TensorView& v) {
     if (!t.needs_prev) return;
@@ -487,7 +480,8 @@ struct Engine::Impl {
       if (ts.tensor >= tensors.size()) continue;
       TensorSeries& t = tensors[ts.tensor];
       if (t.mask == 0 && t.params.empty()) continue;
-      const TensorView* previous = previous_of(t);
+      const TensorView prev = t.previous();
+      const TensorView* previous = t.has_previous() ? &prev : nullptr;
       const TensorStats st = compute_stats(ts.view, previous);
       gather_local.insert(gather_local.end(), std::begin(st.values), std::end(st.values));
       for (const auto& p : t.params)

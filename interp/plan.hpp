@@ -32,6 +32,8 @@ struct Retention {
 
   /// Widens this retention to cover `window` (read by `fn`).
   void cover(const ir::Dur& window, const stdlib::FunctionDef& fn);
+  /// Widens this retention to keep everything `other` keeps.
+  void widen(const Retention& other);
 };
 
 struct PlanNode {

@@ -55,6 +55,15 @@ void Retention::cover(const ir::Dur& window, const stdlib::FunctionDef& fn) {
   }
 }
 
+void Retention::widen(const Retention& other) {
+  count = std::max(count, other.count);
+  steps = std::max(steps, other.steps);
+  seconds = std::max(seconds, other.seconds);
+  evals = std::max(evals, other.evals);
+  preceding_steps |= other.preceding_steps;
+  preceding_seconds |= other.preceding_seconds;
+}
+
 bool PlanSelector::matches(std::string_view name,
                            const std::vector<std::pair<std::string, std::string>>& labels) const {
   if (name != selector.name) return false;

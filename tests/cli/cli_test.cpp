@@ -165,6 +165,18 @@ TEST(Run, TickReplaysTimeGapsForClockRules) {
   EXPECT_TRUE(seen) << ticked.out;
 }
 
+TEST(Run, TickSpreadsAtMostAHundredThousandTicksOverAHugeGap) {
+  // A gap of 10^9 s at --tick 1 would be 10^9 ticks; it is 10^5 spread
+  // evenly (one every 10^4 s), so the stall is seen at the first of them.
+  const auto r = rulecheck("run stall.rules --trace gap.jsonl --format json --tick 1");
+  ASSERT_EQ(r.status, 1) << r.err;
+  const auto lines = json_lines(r.out);
+  ASSERT_FALSE(lines.empty()) << r.out;
+  EXPECT_EQ(lines[0]["rule"], "stalled");
+  EXPECT_EQ(lines[0]["step"], 0);
+  EXPECT_EQ(lines[0]["time"], 10000.0);
+}
+
 TEST(Run, NothingFiresExitsZero) {
   const auto r = rulecheck("run quiet.rules --trace basic.jsonl --format json");
   EXPECT_EQ(r.status, 0) << r.err;

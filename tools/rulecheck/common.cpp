@@ -169,7 +169,7 @@ std::span<const vigil::Firing> Replay::feed(const vigil::Observation& obs) {
   intern(obs);
   last_.fed = true;
   last_.step = obs.step;
-  if (last_.mode != obs.mode) last_.mode = obs.mode;
+  last_.mode = obs.mode;  // reuses the string's capacity
   last_.time = obs.time;
   return engine_.observe(obs.step, samples_, {.mode = obs.mode, .time = obs.time});
 }
