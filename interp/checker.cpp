@@ -627,9 +627,9 @@ class Checker {
     const auto& escs = esc_over ? over->escalations : base.escalations;
     const Scope& escope = esc_over ? oscope : scope;
     const std::uint32_t efile = esc_over ? ofile : file;
-    if (escs.size() > max_escalations)
-      error("escalate", efile, escs[max_escalations].range,
-            fmt::format("a rule can have at most {} 'escalate' clauses", max_escalations));
+    if (escs.size() > ir::max_escalations)
+      error("escalate", efile, escs[ir::max_escalations].range,
+            fmt::format("a rule can have at most {} 'escalate' clauses", ir::max_escalations));
     for (const auto& e : escs) {
       auto count = const_eval(*e.count, escope, efile);
       const double n = count && std::holds_alternative<double>(count->v) ? std::get<double>(count->v) : -1;
@@ -1298,9 +1298,6 @@ class Checker {
     out.window = d;
     return true;
   }
-
-  /// Escalation levels an element's state tracks (ElemState in the engine).
-  static constexpr std::size_t max_escalations = 4;
 
   const CompileOptions& options_;
   SourceSet& sources_;
