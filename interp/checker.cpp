@@ -4,11 +4,8 @@
 #include <re2/re2.h>
 
 #include <cmath>
-#include <filesystem>
 #include <fmt/format.h>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "grammar/parser.hpp"
 #include "vigil/tensor.hpp"
@@ -83,8 +80,9 @@ struct RuleStmt {
 
 class Checker {
  public:
-  Checker(const CompileOptions& options, SourceSet& sources, std::vector<Diagnostic>& diags)
-      : options_(options), sources_(sources), diags_(diags) {}
+  Checker(const CompileOptions& options, const CheckEnv& env, SourceSet& sources,
+          std::vector<Diagnostic>& diags)
+      : options_(options), env_(env), sources_(sources), diags_(diags) {}
 
   CheckResult run(const std::vector<RootFile>& roots) {
     load_standard();
@@ -208,26 +206,20 @@ class Checker {
 
   void load_import(const ast::ImportDecl& s, std::uint32_t id, const std::string& dir,
                    Module& module, std::vector<RuleStmt>* rules) {
-    namespace fs = std::filesystem;
-    fs::path path = fs::path(dir) / s.path;
-    std::error_code ec;
-    fs::path canon = fs::weakly_canonical(path, ec);
-    std::string key = ec ? path.string() : canon.string();
-    if (std::find(import_stack_.begin(), import_stack_.end(), key) != import_stack_.end()) {
+    const ImportTarget target = env_.loader.resolve(dir, s.path);
+    if (std::find(import_stack_.begin(), import_stack_.end(), target.key) != import_stack_.end()) {
       error("import-cycle", id, s.path_range, fmt::format("import cycle through '{}'", s.path));
       return;
     }
-    if (!imported_.insert(key).second) return;  // each file once
-    std::ifstream in(path, std::ios::binary);
-    if (!in || fs::is_directory(path, ec)) {
+    if (!imported_.insert(target.key).second) return;  // each file once
+    auto text = env_.loader.read(target.path);
+    if (!text) {
       error("import", id, s.path_range, fmt::format("cannot read imported file '{}'", s.path));
       return;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    std::uint32_t child = sources_.add(path.lexically_normal().string(), text.str());
-    import_stack_.push_back(key);
-    load(child, path.parent_path().string(), module, rules);
+    std::uint32_t child = sources_.add(target.name, std::move(*text));
+    import_stack_.push_back(target.key);
+    load(child, target.dir, module, rules);
     import_stack_.pop_back();
   }
 
@@ -984,7 +976,7 @@ class Checker {
 
   ir::NodePtr call(const ast::Call& c, const ast::Expr& e, const Scope& scope,
                    std::uint32_t file) {
-    const auto& registry = stdlib::standard_functions();
+    const auto& registry = env_.functions;
     auto overloads = registry.lookup(c.fn);
     if (overloads.empty()) {
       error("unknown-function", file, c.fn_range, fmt::format("unknown function '{}'", c.fn),
@@ -1256,7 +1248,7 @@ class Checker {
       }
       if (x->type == ir::Type::boolean) {
         const FunctionDef* cond = nullptr;
-        for (const auto* d : stdlib::standard_functions().lookup(out.fn->name))
+        for (const auto* d : env_.functions.lookup(out.fn->name))
           if (!d->params.empty() && d->params[0].type == ArgType::condition_range) cond = d;
         if (!cond) {
           error("type", b.file, sub.base->range,
@@ -1300,6 +1292,7 @@ class Checker {
   }
 
   const CompileOptions& options_;
+  const CheckEnv& env_;
   SourceSet& sources_;
   std::vector<Diagnostic>& diags_;
   std::vector<std::unique_ptr<ast::File>> files_;
@@ -1325,8 +1318,8 @@ class Checker {
 }  // namespace
 
 CheckResult check(const std::vector<RootFile>& roots, const CompileOptions& options,
-                  SourceSet& sources, std::vector<Diagnostic>& diags) {
-  return Checker(options, sources, diags).run(roots);
+                  const CheckEnv& env, SourceSet& sources, std::vector<Diagnostic>& diags) {
+  return Checker(options, env, sources, diags).run(roots);
 }
 
 }  // namespace vigil::interp
