@@ -26,7 +26,8 @@ template <>
 struct action<g::dur_number> {
   template <typename In>
   static void apply(const In& in, State& st) {
-    st.push(st.range(in), ast::Number{parse_number(in.string_view(), st.offset(in.begin())), false});
+    st.push(st.range(in),
+            ast::Number{parse_number(in.string_view(), st.offset(in.begin())), false});
   }
 };
 
@@ -58,8 +59,8 @@ struct action<g::unit_suffix> {
   template <typename In>
   static void apply(const In& in, State& st) {
     const char c = in.peek_char();
-    st.unit = c == 's' ? ast::DurUnit::seconds
-                       : (c == 'm' ? ast::DurUnit::minutes : ast::DurUnit::hours);
+    st.unit =
+        c == 's' ? ast::DurUnit::seconds : (c == 'm' ? ast::DurUnit::minutes : ast::DurUnit::hours);
   }
 };
 
@@ -68,7 +69,8 @@ struct action<g::duration_lit> {
   template <typename In>
   static void apply(const In& in, State& st) {
     auto amount = st.pop_slot();
-    st.push(st.range(in), ast::Duration{std::move(amount.expr), st.unit}, amount.depth, st.range(in));
+    st.push(st.range(in), ast::Duration{std::move(amount.expr), st.unit}, amount.depth,
+            st.range(in));
   }
 };
 
@@ -357,7 +359,8 @@ struct make_unary {
     const std::uint32_t b = st.offset(in.begin());
     const auto op_len = static_cast<std::uint32_t>(Op == ast::UnaryOp::neg ? 1 : 3);
     const ast::Range op_range{b, b + op_len};
-    st.push(st.range(in), ast::Unary{Op, op_range, std::move(operand.expr)}, operand.depth, op_range);
+    st.push(st.range(in), ast::Unary{Op, op_range, std::move(operand.expr)}, operand.depth,
+            op_range);
   }
 };
 template <>

@@ -143,7 +143,8 @@ template <>
 struct action<g::import_decl> {
   template <typename In>
   static void apply(const In& in, State& st) {
-    push_statement(st, ast::ImportDecl{std::move(st.last_string), st.last_string_range, st.range(in)});
+    push_statement(st,
+                   ast::ImportDecl{std::move(st.last_string), st.last_string_range, st.range(in)});
   }
 };
 

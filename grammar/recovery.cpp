@@ -72,7 +72,7 @@ std::string describe_char(char c) {
 }
 
 bool starts_statement(std::string_view text, std::size_t pos) {
-  static constexpr std::string_view words[] = {"rule", "when", "use",    "param",
+  static constexpr std::string_view words[] = {"rule", "when",   "use",    "param",
                                                "let",  "import", "action", "alias"};
   for (auto w : words) {
     if (text.substr(pos, w.size()) == w &&
@@ -103,10 +103,12 @@ std::string suggest_keyword(std::string_view text, std::uint32_t at, std::string
   while (e < text.size() && is_ident_char(text[e])) ++e;
   const std::string_view word = text.substr(at, e - at);
   if (message == g::error_message<g::do_clause>) {
-    return closest_match(word, {"do", "for", "after", "until", "every", "cooldown", "severity", "in"});
+    return closest_match(word,
+                         {"do", "for", "after", "until", "every", "cooldown", "severity", "in"});
   }
   if (message == g::error_message<g::statement>) {
-    return closest_match(word, {"rule", "when", "use", "param", "let", "import", "action", "alias"});
+    return closest_match(word,
+                         {"rule", "when", "use", "param", "let", "import", "action", "alias"});
   }
   return {};
 }

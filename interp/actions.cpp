@@ -29,10 +29,14 @@ std::vector<Diagnostic> Engine::Impl::unbound_actions() const {
       const auto& name = *names[i];
       if (callbacks.count(name)) continue;
       const auto& [file, range] = pr.rule.action_sites[i];
-      out.push_back({DiagLevel::error, "unbound-action",
-                     fmt::format("action '{}' of rule '{}' has no callback bound", name,
-                                 pr.rule.info.name),
-                     file, range, {}, {}});
+      out.push_back(
+          {DiagLevel::error,
+           "unbound-action",
+           fmt::format("action '{}' of rule '{}' has no callback bound", name, pr.rule.info.name),
+           file,
+           range,
+           {},
+           {}});
     }
   }
   return out;

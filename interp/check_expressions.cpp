@@ -75,8 +75,9 @@ ir::NodePtr Checker::expr_inner(const ast::Expr& e, const Scope& scope, std::uin
           bool neg = n.op == ast::UnaryOp::neg;
           auto want = neg ? ir::Type::number : ir::Type::boolean;
           if (operand->type != want) {
-            error("type", file, n.op_range,
-                  neg ? "'-' needs a number, got a boolean" : "'not' needs a boolean, got a number");
+            error(
+                "type", file, n.op_range,
+                neg ? "'-' needs a number, got a boolean" : "'not' needs a boolean, got a number");
             return nullptr;
           }
           auto out = node(neg ? ir::Op::neg : ir::Op::not_, file, e.range);
@@ -94,7 +95,7 @@ ir::NodePtr Checker::expr_inner(const ast::Expr& e, const Scope& scope, std::uin
 }
 
 ir::NodePtr Checker::name(const ast::Name& n, const ast::Expr& e, const Scope& scope,
-                 std::uint32_t file) {
+                          std::uint32_t file) {
   if (!n.backticked) {
     if (auto it = scope.bindings.find(n.name); it != scope.bindings.end())
       return expr(*it->second.expr, *it->second.scope, it->second.file);
@@ -143,8 +144,7 @@ std::optional<ir::Selector> Checker::selector(const ast::Selector& s, std::uint3
     if (op == ir::MatchOp::re || op == ir::MatchOp::nre) {
       RE2 re(m.value, RE2::Quiet);
       if (!re.ok()) {
-        error("regex", file, m.range,
-              fmt::format("invalid regular expression: {}", re.error()));
+        error("regex", file, m.range, fmt::format("invalid regular expression: {}", re.error()));
         ok = false;
       }
     }
@@ -155,7 +155,7 @@ std::optional<ir::Selector> Checker::selector(const ast::Selector& s, std::uint3
 }
 
 ir::NodePtr Checker::binary(const ast::Binary& n, const ast::Expr& e, const Scope& scope,
-                   std::uint32_t file) {
+                            std::uint32_t file) {
   // `mode == "min"` with a string parameter: decided at compile time, so a
   // template can pick a condition by a string argument:
   //   (mode == "min" and x < t) or (mode == "max" and x > t)
@@ -174,20 +174,44 @@ ir::NodePtr Checker::binary(const ast::Binary& n, const ast::Expr& e, const Scop
   auto rhs = expr(*n.rhs, scope, file);
   if (!lhs || !rhs) return nullptr;
   using B = ast::BinaryOp;
-  static constexpr std::string_view spelling[] = {"or", "and", "<", "<=", ">", ">=", "==",
-                                                  "!=", "+", "-", "*", "/", "%", "^"};
+  static constexpr std::string_view spelling[] = {
+      "or", "and", "<", "<=", ">", ">=", "==", "!=", "+", "-", "*", "/", "%", "^"};
   const auto sp = spelling[static_cast<int>(n.op)];
   ir::Op op{};
   ir::Type want = ir::Type::number, result = ir::Type::number;
   switch (n.op) {
-    case B::or_: op = ir::Op::or_; want = result = ir::Type::boolean; break;
-    case B::and_: op = ir::Op::and_; want = result = ir::Type::boolean; break;
-    case B::lt: op = ir::Op::lt; result = ir::Type::boolean; break;
-    case B::le: op = ir::Op::le; result = ir::Type::boolean; break;
-    case B::gt: op = ir::Op::gt; result = ir::Type::boolean; break;
-    case B::ge: op = ir::Op::ge; result = ir::Type::boolean; break;
-    case B::eq: op = ir::Op::eq; result = ir::Type::boolean; break;
-    case B::ne: op = ir::Op::ne; result = ir::Type::boolean; break;
+    case B::or_:
+      op = ir::Op::or_;
+      want = result = ir::Type::boolean;
+      break;
+    case B::and_:
+      op = ir::Op::and_;
+      want = result = ir::Type::boolean;
+      break;
+    case B::lt:
+      op = ir::Op::lt;
+      result = ir::Type::boolean;
+      break;
+    case B::le:
+      op = ir::Op::le;
+      result = ir::Type::boolean;
+      break;
+    case B::gt:
+      op = ir::Op::gt;
+      result = ir::Type::boolean;
+      break;
+    case B::ge:
+      op = ir::Op::ge;
+      result = ir::Type::boolean;
+      break;
+    case B::eq:
+      op = ir::Op::eq;
+      result = ir::Type::boolean;
+      break;
+    case B::ne:
+      op = ir::Op::ne;
+      result = ir::Type::boolean;
+      break;
     case B::add: op = ir::Op::add; break;
     case B::sub: op = ir::Op::sub; break;
     case B::mul: op = ir::Op::mul; break;
@@ -238,7 +262,7 @@ ir::NodePtr Checker::binary(const ast::Binary& n, const ast::Expr& e, const Scop
 }
 
 ir::NodePtr Checker::call(const ast::Call& c, const ast::Expr& e, const Scope& scope,
-                 std::uint32_t file) {
+                          std::uint32_t file) {
   const auto& registry = env_.functions;
   auto overloads = registry.lookup(c.fn);
   if (overloads.empty()) {
@@ -247,14 +271,13 @@ ir::NodePtr Checker::call(const ast::Call& c, const ast::Expr& e, const Scope& s
     return nullptr;
   }
   // A subscripted first argument selects the range overloads.
-  const bool ranged =
-      !c.args.empty() &&
-      std::holds_alternative<ast::Subscript>(resolve(*c.args[0], scope, file).expr->node);
+  const bool ranged = !c.args.empty() && std::holds_alternative<ast::Subscript>(
+                                             resolve(*c.args[0], scope, file).expr->node);
   const FunctionDef* fn = nullptr;
   for (const auto* d : overloads) {
     if ((d->kind == FnKind::range) != ranged) continue;
-    const bool arity_ok = d->variadic ? c.args.size() >= d->params.size()
-                                      : c.args.size() == d->params.size();
+    const bool arity_ok =
+        d->variadic ? c.args.size() >= d->params.size() : c.args.size() == d->params.size();
     if (!arity_ok) continue;
     fn = d;
     break;
@@ -272,9 +295,8 @@ ir::NodePtr Checker::call(const ast::Call& c, const ast::Expr& e, const Scope& s
       forms += fmt::format("{}({})", c.fn, ps);
     }
     error("arity", file, e.range,
-          fmt::format("no form of '{}' takes {} {}argument{}; expected {}", c.fn,
-                      c.args.size(), ranged ? "range " : "", c.args.size() == 1 ? "" : "s",
-                      forms));
+          fmt::format("no form of '{}' takes {} {}argument{}; expected {}", c.fn, c.args.size(),
+                      ranged ? "range " : "", c.args.size() == 1 ? "" : "s", forms));
     return nullptr;
   }
 
@@ -358,7 +380,7 @@ ir::NodePtr Checker::call(const ast::Call& c, const ast::Expr& e, const Scope& s
 }
 
 bool Checker::choice_arg(ir::Node& out, const FunctionDef& fn, const stdlib::Param& p,
-                const std::optional<Const>& v, const ast::Expr& arg, std::uint32_t file) {
+                         const std::optional<Const>& v, const ast::Expr& arg, std::uint32_t file) {
   std::vector<std::string> words;
   std::string_view rest = p.choices;
   while (!rest.empty()) {
@@ -385,8 +407,8 @@ bool Checker::choice_arg(ir::Node& out, const FunctionDef& fn, const stdlib::Par
   return true;
 }
 
-std::optional<ir::Selector> Checker::series_ref(const ast::Expr& e, const Scope& scope, std::uint32_t file,
-                                       std::string_view what) {
+std::optional<ir::Selector> Checker::series_ref(const ast::Expr& e, const Scope& scope,
+                                                std::uint32_t file, std::string_view what) {
   Binding b = resolve(e, scope, file);
   if (const auto* n = std::get_if<ast::Name>(&b.expr->node)) {
     if (b.scope->module->params.count(n->name)) {
@@ -432,7 +454,7 @@ bool Checker::reads_series(const ir::Node& n) {
 }
 
 std::optional<std::string> Checker::stat_suffix(const ast::Member& m, const Scope& scope,
-                                       std::uint32_t file) {
+                                                std::uint32_t file) {
   const SourceRange args_range =
       m.args.empty() ? m.field_range
                      : SourceRange{m.args.front()->range.begin, m.args.back()->range.end};
@@ -485,7 +507,8 @@ std::optional<std::string> Checker::stat_suffix(const ast::Member& m, const Scop
   return vigil::param_stat_suffix(ps, std::span<const double>(values, arity));
 }
 
-bool Checker::range_arg(ir::Node& out, const ast::Expr& arg, const Scope& scope, std::uint32_t file) {
+bool Checker::range_arg(ir::Node& out, const ast::Expr& arg, const Scope& scope,
+                        std::uint32_t file) {
   Binding b = resolve(arg, scope, file);
   const auto& sub = std::get<ast::Subscript>(b.expr->node);
   if (names_series(*sub.base, *b.scope, b.file)) {

@@ -27,12 +27,10 @@ std::optional<ir::Rule> Checker::instantiate(const RuleStmt& rs) {
     for (const auto& [n, t] : from.templates) names.push_back(n);
     std::string suggestion = closest_match(use.template_name, names);
     if (!suggestion.empty() && use.std_prefix) suggestion = "std." + suggestion;
-    if (suggestion.empty() && !use.std_prefix &&
-        std_.templates.count(use.template_name))
+    if (suggestion.empty() && !use.std_prefix && std_.templates.count(use.template_name))
       suggestion = "std." + use.template_name;
     error("unknown-template", rs.file, use.name_range,
-          fmt::format("unknown template '{}{}'", use.std_prefix ? "std." : "",
-                      use.template_name),
+          fmt::format("unknown template '{}{}'", use.std_prefix ? "std." : "", use.template_name),
           suggestion);
     return std::nullopt;
   }
@@ -52,8 +50,8 @@ std::optional<ir::Rule> Checker::instantiate(const RuleStmt& rs) {
       if (positional < tmpl.params.size()) param = &tmpl.params[positional++];
       if (!param) {
         error("arity", rs.file, arg.range,
-              fmt::format("too many arguments for template '{}' ({} parameters)",
-                          use.template_name, tmpl.params.size()));
+              fmt::format("too many arguments for template '{}' ({} parameters)", use.template_name,
+                          tmpl.params.size()));
         ok = false;
         continue;
       }
@@ -92,9 +90,9 @@ std::optional<ir::Rule> Checker::instantiate(const RuleStmt& rs) {
   for (const auto& p : tmpl.params) {
     if (body_scope->bindings.count(p.name)) continue;
     if (!p.default_value) {
-      error("missing-argument", rs.file, use.name_range,
-            fmt::format("template '{}' needs a value for parameter '{}'", use.template_name,
-                        p.name));
+      error(
+          "missing-argument", rs.file, use.name_range,
+          fmt::format("template '{}' needs a value for parameter '{}'", use.template_name, p.name));
       ok = false;
       continue;
     }
@@ -149,7 +147,8 @@ std::string Checker::anonymous_name(std::uint32_t file, const ast::Clauses& c) {
 }
 
 bool Checker::build(ir::Rule& out, const ast::Clauses& base, const ast::Clauses* over,
-           const Scope& scope, std::uint32_t file, const Scope& oscope, std::uint32_t ofile) {
+                    const Scope& scope, std::uint32_t file, const Scope& oscope,
+                    std::uint32_t ofile) {
   std::size_t errors_before = error_count();
   auto pick = [&](const ast::ExprPtr ast::Clauses::*m)
       -> std::tuple<const ast::Expr*, const Scope*, std::uint32_t> {
@@ -232,7 +231,8 @@ bool Checker::build(ir::Rule& out, const ast::Clauses& base, const ast::Clauses*
           fmt::format("a rule can have at most {} 'escalate' clauses", ir::max_escalations));
   for (const auto& e : escs) {
     auto count = const_eval(*e.count, escope, efile);
-    const double n = count && std::holds_alternative<double>(count->v) ? std::get<double>(count->v) : -1;
+    const double n =
+        count && std::holds_alternative<double>(count->v) ? std::get<double>(count->v) : -1;
     if (!(n >= 1 && n <= 1e6 && n == std::floor(n))) {
       error("escalate", efile, e.count->range,
             "'escalate after' needs a whole number of earlier firings, 1 or more");
@@ -241,8 +241,10 @@ bool Checker::build(ir::Rule& out, const ast::Clauses& base, const ast::Clauses*
     auto within = duration(*e.within, escope, efile, "within");
     if (!within) continue;
     static constexpr std::string_view units[] = {"samples", "evals", "steps", "seconds", "epochs"};
-    Escalation esc{static_cast<std::uint32_t>(n), within->amount,
-                   std::string(units[static_cast<int>(within->unit)]), {}};
+    Escalation esc{static_cast<std::uint32_t>(n),
+                   within->amount,
+                   std::string(units[static_cast<int>(within->unit)]),
+                   {}};
     for (const auto& call : e.actions) {
       if (auto a = action(call, escope, efile)) {
         esc.actions.push_back(std::move(*a));
@@ -262,7 +264,7 @@ std::size_t Checker::error_count() const {
 }
 
 std::optional<Action> Checker::action(const ast::ActionCall& call, const Scope& scope,
-                             std::uint32_t file) {
+                                      std::uint32_t file) {
   auto it = actions_.find(call.name);
   if (it == actions_.end()) {
     std::vector<std::string> names;
@@ -271,8 +273,8 @@ std::optional<Action> Checker::action(const ast::ActionCall& call, const Scope& 
     std::vector<std::string> notes;
     if (near.empty())
       notes.push_back(fmt::format("a host action must be declared: action {}(...)", call.name));
-    error("unknown-action", file, call.name_range,
-          fmt::format("unknown action '{}'", call.name), near, std::move(notes));
+    error("unknown-action", file, call.name_range, fmt::format("unknown action '{}'", call.name),
+          near, std::move(notes));
     return std::nullopt;
   }
   const ast::ActionDecl& decl = *it->second.decl;
@@ -300,8 +302,7 @@ std::optional<Action> Checker::action(const ast::ActionCall& call, const Scope& 
       }
     }
     if (idx >= decl.params.size()) {
-      error("arity", file, arg.range,
-            fmt::format("too many arguments for action '{}'", call.name));
+      error("arity", file, arg.range, fmt::format("too many arguments for action '{}'", call.name));
       ok = false;
       continue;
     }

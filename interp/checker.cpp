@@ -42,16 +42,21 @@ bool Checker::too_many_errors() const {
 }
 
 void Checker::error(std::string code, std::uint32_t file, SourceRange range, std::string message,
-           std::string suggestion, std::vector<std::string> notes) {
+                    std::string suggestion, std::vector<std::string> notes) {
   if (too_many_errors()) return;
   diags_.push_back(Diagnostic{DiagLevel::error, std::move(code), std::move(message), file, range,
                               std::move(suggestion), std::move(notes)});
 }
 
 void Checker::warning(std::string code, std::uint32_t file, SourceRange range, std::string message,
-             std::string suggestion) {
-  diags_.push_back(Diagnostic{DiagLevel::warning, std::move(code), std::move(message), file,
-                              range, std::move(suggestion), {}});
+                      std::string suggestion) {
+  diags_.push_back(Diagnostic{DiagLevel::warning,
+                              std::move(code),
+                              std::move(message),
+                              file,
+                              range,
+                              std::move(suggestion),
+                              {}});
 }
 
 std::string Checker::where(std::uint32_t file, SourceRange r) const {
@@ -67,8 +72,8 @@ const ast::File* Checker::parse(std::uint32_t id) {
 }
 
 void Checker::load_standard() {
-  std::uint32_t id = sources_.add("std/prelude.rules",
-                                  std::string(stdlib::standard_actions_source()));
+  std::uint32_t id =
+      sources_.add("std/prelude.rules", std::string(stdlib::standard_actions_source()));
   load(id, {}, std_, nullptr);
   for (const auto& f : stdlib::standard_rule_files()) {
     id = sources_.add(std::string(f.name), std::string(f.text));
@@ -77,7 +82,7 @@ void Checker::load_standard() {
 }
 
 void Checker::load(std::uint32_t id, const std::string& dir, Module& module,
-          std::vector<RuleStmt>* rules) {
+                   std::vector<RuleStmt>* rules) {
   const ast::File* file = parse(id);
   for (const auto& stmt : file->statements) {
     std::visit(
@@ -111,18 +116,18 @@ void Checker::load(std::uint32_t id, const std::string& dir, Module& module,
 }
 
 template <class Map>
-bool Checker::declare(const Map& map, const std::string& name, std::uint32_t file, SourceRange range,
-             std::string_view what) {
+bool Checker::declare(const Map& map, const std::string& name, std::uint32_t file,
+                      SourceRange range, std::string_view what) {
   auto it = map.find(name);
   if (it == map.end()) return true;
   error("duplicate", file, range, fmt::format("{} '{}' is already defined", what, name), {},
-        {fmt::format("previous definition at {}", where(it->second.file,
-                                                         it->second.decl->name_range))});
+        {fmt::format("previous definition at {}",
+                     where(it->second.file, it->second.decl->name_range))});
   return false;
 }
 
 void Checker::load_import(const ast::ImportDecl& s, std::uint32_t id, const std::string& dir,
-                 Module& module, std::vector<RuleStmt>* rules) {
+                          Module& module, std::vector<RuleStmt>* rules) {
   const ImportTarget target = env_.loader.resolve(dir, s.path);
   if (std::find(import_stack_.begin(), import_stack_.end(), target.key) != import_stack_.end()) {
     error("import-cycle", id, s.path_range, fmt::format("import cycle through '{}'", s.path));
@@ -155,9 +160,9 @@ void Checker::declare_alias(const ast::AliasDecl& s, std::uint32_t id) {
 void Checker::declare_action(const ast::ActionDecl& s, std::uint32_t id) {
   auto it = actions_.find(s.name);
   if (it != actions_.end()) {
-    error("duplicate", id, s.name_range, fmt::format("action '{}' is already declared", s.name),
-          {}, {fmt::format("previous declaration at {}",
-                           where(it->second.file, it->second.decl->name_range))});
+    error("duplicate", id, s.name_range, fmt::format("action '{}' is already declared", s.name), {},
+          {fmt::format("previous declaration at {}",
+                       where(it->second.file, it->second.decl->name_range))});
     return;
   }
   static const std::vector<std::string> types = {"number", "string", "bool", "duration"};
@@ -229,7 +234,7 @@ Scope* Checker::module_scope(const Module* m) {
 }
 
 std::optional<Const> Checker::const_eval(const ast::Expr& e, const Scope& scope, std::uint32_t file,
-                                int depth) {
+                                         int depth) {
   if (depth > 64) return std::nullopt;
   Binding b = resolve(e, scope, file);
   const ast::Expr& x = *b.expr;
@@ -267,8 +272,7 @@ std::optional<Const> Checker::const_eval(const ast::Expr& e, const Scope& scope,
   if (const auto* bin = std::get_if<ast::Binary>(&x.node)) {
     auto l = const_eval(*bin->lhs, *b.scope, b.file, depth + 1);
     auto r = const_eval(*bin->rhs, *b.scope, b.file, depth + 1);
-    if (!l || !r || !std::holds_alternative<double>(l->v) ||
-        !std::holds_alternative<double>(r->v))
+    if (!l || !r || !std::holds_alternative<double>(l->v) || !std::holds_alternative<double>(r->v))
       return std::nullopt;
     double a = std::get<double>(l->v), c = std::get<double>(r->v);
     switch (bin->op) {
@@ -285,7 +289,7 @@ std::optional<Const> Checker::const_eval(const ast::Expr& e, const Scope& scope,
 }
 
 std::optional<ir::Dur> Checker::duration(const ast::Expr& e, const Scope& scope, std::uint32_t file,
-                                std::string_view clause) {
+                                         std::string_view clause) {
   auto c = const_eval(e, scope, file);
   if (!c || !std::holds_alternative<ir::Dur>(c->v)) {
     error("duration", file, e.range,
@@ -294,7 +298,8 @@ std::optional<ir::Dur> Checker::duration(const ast::Expr& e, const Scope& scope,
   }
   auto d = std::get<ir::Dur>(c->v);
   bool counted = d.unit == ir::Unit::samples || d.unit == ir::Unit::evals;
-  if (!(d.amount >= 0) || !std::isfinite(d.amount) || (counted && d.amount != std::floor(d.amount))) {
+  if (!(d.amount >= 0) || !std::isfinite(d.amount) ||
+      (counted && d.amount != std::floor(d.amount))) {
     error("duration", file, e.range,
           fmt::format("'{}' duration must be a non-negative{} number", clause,
                       counted ? " whole" : ""));

@@ -11,8 +11,8 @@
 
 #include <re2/re2.h>
 
-#include <cmath>
 #include <fmt/format.h>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
@@ -117,8 +117,7 @@ class Checker {
   /// Registers the declarations of file `id` (and its imports, in place) in
   /// `module`; rule-making statements go to `rules` (null: the standard
   /// library, whose non-template rules are not run).
-  void load(std::uint32_t id, const std::string& dir, Module& module,
-            std::vector<RuleStmt>* rules);
+  void load(std::uint32_t id, const std::string& dir, Module& module, std::vector<RuleStmt>* rules);
 
   template <class Map>
   bool declare(const Map& map, const std::string& name, std::uint32_t file, SourceRange range,
@@ -167,13 +166,12 @@ class Checker {
   /// Fills `out` from a rule's clauses, each possibly overridden by `over`
   /// (a `use`). Template clauses are checked in `scope`/`file`, overrides in
   /// `oscope`/`ofile`.
-  bool build(ir::Rule& out, const ast::Clauses& base, const ast::Clauses* over,
-             const Scope& scope, std::uint32_t file, const Scope& oscope, std::uint32_t ofile);
+  bool build(ir::Rule& out, const ast::Clauses& base, const ast::Clauses* over, const Scope& scope,
+             std::uint32_t file, const Scope& oscope, std::uint32_t ofile);
 
   std::size_t error_count() const;
 
-  std::optional<Action> action(const ast::ActionCall& call, const Scope& scope,
-                               std::uint32_t file);
+  std::optional<Action> action(const ast::ActionCall& call, const Scope& scope, std::uint32_t file);
 
   // ---- expressions (check_expressions.cpp) -------------------------------
 
@@ -185,16 +183,14 @@ class Checker {
 
   ir::NodePtr expr_inner(const ast::Expr& e, const Scope& scope, std::uint32_t file);
 
-  ir::NodePtr name(const ast::Name& n, const ast::Expr& e, const Scope& scope,
-                   std::uint32_t file);
+  ir::NodePtr name(const ast::Name& n, const ast::Expr& e, const Scope& scope, std::uint32_t file);
 
   std::optional<ir::Selector> selector(const ast::Selector& s, std::uint32_t file);
 
   ir::NodePtr binary(const ast::Binary& n, const ast::Expr& e, const Scope& scope,
                      std::uint32_t file);
 
-  ir::NodePtr call(const ast::Call& c, const ast::Expr& e, const Scope& scope,
-                   std::uint32_t file);
+  ir::NodePtr call(const ast::Call& c, const ast::Expr& e, const Scope& scope, std::uint32_t file);
 
   bool choice_arg(ir::Node& out, const FunctionDef& fn, const stdlib::Param& p,
                   const std::optional<Const>& v, const ast::Expr& arg, std::uint32_t file);

@@ -61,7 +61,8 @@ void Engine::Impl::evaluate_rules() {
       f.value = interp::firing_value(pr, state.exec, hit.label);
       f.pending_since = hit.pending_since;
       f.escalation = hit.escalation;
-      f.actions = hit.escalation == 0 ? &info.actions : &info.escalations[hit.escalation - 1].actions;
+      f.actions =
+          hit.escalation == 0 ? &info.actions : &info.escalations[hit.escalation - 1].actions;
       firings.push_back(f);
     }
     // Columns are ordered by label id (first-seen order); report a rule's

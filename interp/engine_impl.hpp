@@ -35,11 +35,11 @@ struct EngineState {
   explicit EngineState(const Program& program)
       : store(program), exec(program.impl().plan), rules(program.impl().plan.rules.size()) {}
 
-  interp::SeriesStore store;            // ids, histories
-  interp::Executor exec;                // columns, detector slots, expression histories
+  interp::SeriesStore store;             // ids, histories
+  interp::Executor exec;                 // columns, detector slots, expression histories
   std::vector<interp::RuleState> rules;  // parallel to plan.rules
-  std::uint64_t obs = 0;                // observation counter (0: none yet)
-  interp::Clock clock;                  // step, time, mode, low_step, last_time
+  std::uint64_t obs = 0;                 // observation counter (0: none yet)
+  interp::Clock clock;                   // step, time, mode, low_step, last_time
   double first_time = std::numeric_limits<double>::quiet_NaN();  // first time given
   double epoch = std::numeric_limits<double>::quiet_NaN();       // latest `epoch` sample
   EngineStats stats;

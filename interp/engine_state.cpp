@@ -249,7 +249,8 @@ void transfer(A& a, S& s, const interp::Plan& plan) {
       }
     }
     if constexpr (A::reading)
-      std::sort(hs.begin(), hs.end(), [](const auto& x, const auto& y) { return x.labels < y.labels; });
+      std::sort(hs.begin(), hs.end(),
+                [](const auto& x, const auto& y) { return x.labels < y.labels; });
   }
 
   for (auto& rs : s.rules) {

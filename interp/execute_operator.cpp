@@ -50,7 +50,9 @@ void binary(ir::Op op, const A& a, const B& b, O& o) {
     case ir::Op::sub: o = a - b; break;
     case ir::Op::mul: o = a * b; break;
     case ir::Op::div: o = a / b; break;
-    case ir::Op::mod: o = a.binaryExpr(b, [](double x, double y) { return std::fmod(x, y); }); break;
+    case ir::Op::mod:
+      o = a.binaryExpr(b, [](double x, double y) { return std::fmod(x, y); });
+      break;
     case ir::Op::pow: o = a.binaryExpr(b, [](double x, double y) { return std::pow(x, y); }); break;
     case ir::Op::lt: o = (a < b).template cast<double>(); break;
     case ir::Op::le: o = (a <= b).template cast<double>(); break;

@@ -45,8 +45,9 @@ void Executor::eval_expr_range(std::uint32_t id, const PlanNode& n, Column& out)
   if (c.computed == at_.obs) {
     for (std::size_t i = 0; i < c.values.size(); ++i) {
       if (!c.fresh[i]) continue;
-      auto it = std::lower_bound(hs.begin(), hs.end(), c.labels[i],
-                                 [](const ExprHistory& h, std::uint32_t l) { return h.labels < l; });
+      auto it =
+          std::lower_bound(hs.begin(), hs.end(), c.labels[i],
+                           [](const ExprHistory& h, std::uint32_t l) { return h.labels < l; });
       if (it == hs.end() || it->labels != c.labels[i]) {
         ExprHistory fresh;
         fresh.labels = c.labels[i];

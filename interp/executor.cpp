@@ -115,8 +115,8 @@ void Executor::eval_stateful(std::uint32_t id, const PlanNode& n, Column& out) {
     const bool fresh = fresh_at(n.inputs[0], i);
     if (fresh) {
       slot.out = n.fn->stateful(slot.state, in.values[i], n.const_args);
-      slot.defined = slot.state.n >= static_cast<std::int64_t>(n.fn->min_samples) ||
-                     std::isnan(in.values[i]);
+      slot.defined =
+          slot.state.n >= static_cast<std::int64_t>(n.fn->min_samples) || std::isnan(in.values[i]);
     }
     if (!slot.defined) continue;
     out.push(in.labels[i], slot.out, fresh);

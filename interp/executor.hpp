@@ -76,7 +76,7 @@ class Executor {
   [[nodiscard]] std::optional<double> element(std::uint32_t id, std::uint32_t label) const;
 
   // Per-label state, saved and restored by engine_state.cpp.
-  std::vector<std::vector<StatefulSlot>> slots;    // per stateful node, by label id
+  std::vector<std::vector<StatefulSlot>> slots;     // per stateful node, by label id
   std::vector<std::vector<ExprHistory>> expr_hist;  // per range-over-expression node, by labels
 
  private:

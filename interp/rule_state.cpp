@@ -46,7 +46,8 @@ bool gate(const ir::Rule& r, RuleState& rs, const RuleClock& c) {
         if (rs.every_index++ % static_cast<std::uint64_t>(e.amount) != 0) return false;
         break;
       case ir::Unit::steps:
-        if (rs.has_every && static_cast<double>(c.step) < static_cast<double>(rs.every_step) + e.amount)
+        if (rs.has_every &&
+            static_cast<double>(c.step) < static_cast<double>(rs.every_step) + e.amount)
           return false;
         break;
       case ir::Unit::seconds:
@@ -90,8 +91,8 @@ bool satisfied(const ir::Rule& r, const ElemState& e, const RuleClock& c) {
   return false;
 }
 
-std::optional<double> decision_value(const PlanRule& pr, const Executor& exec,
-                                     std::uint32_t label, std::int32_t at) {
+std::optional<double> decision_value(const PlanRule& pr, const Executor& exec, std::uint32_t label,
+                                     std::int32_t at) {
   using Kind = Decision::Kind;
   if (at < 0 || static_cast<std::size_t>(at) >= pr.decisions.size()) return std::nullopt;
   const auto& d = pr.decisions[static_cast<std::size_t>(at)];
@@ -106,8 +107,7 @@ std::optional<double> decision_value(const PlanRule& pr, const Executor& exec,
     case Kind::fallback:
       return decision_value(
           pr, exec, label,
-          exec.column(pr.decisions[static_cast<std::size_t>(d.a)].node).values.empty() ? d.b
-                                                                                       : d.a);
+          exec.column(pr.decisions[static_cast<std::size_t>(d.a)].node).values.empty() ? d.b : d.a);
     case Kind::none: break;
   }
   return std::nullopt;
@@ -146,7 +146,8 @@ void advance_rule(const PlanRule& pr, RuleState& rs, const Column& root, const R
     e.recent[(e.run - 1) % 8] = clock.step;
     if (!satisfied(r, e, clock)) continue;
     bool fire = !e.fired;
-    if (!fire && r.cooldown) fire = since_last_fire(r.cooldown->unit, e, clock) >= r.cooldown->amount;
+    if (!fire && r.cooldown)
+      fire = since_last_fire(r.cooldown->unit, e, clock) >= r.cooldown->amount;
     if (!fire) continue;
     // Escalation: count this firing's chain of earlier firings, each
     // within the clause's span of the next (measured before updating

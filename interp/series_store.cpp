@@ -38,9 +38,8 @@ SeriesId SeriesStore::add_series(const std::string& key, std::string name, const
     if (!sel.matches(s.name, labels)) continue;
     s.need.widen(sel.retention);
     auto& m = members[i];
-    auto pos = std::lower_bound(m.begin(), m.end(), s.labels, [&](SeriesId a, std::uint32_t l) {
-      return series[a].labels < l;
-    });
+    auto pos = std::lower_bound(m.begin(), m.end(), s.labels,
+                                [&](SeriesId a, std::uint32_t l) { return series[a].labels < l; });
     m.insert(pos, id);
   }
   s.hist.reserve(std::max<std::size_t>(s.need.count, 2));
@@ -86,7 +85,8 @@ std::optional<TensorId> SeriesStore::intern_tensor(std::string_view key) {
     ParamStatRef ref;
     if (!parse_param_stat_series(sel.selector.name, ref) || ref.tensor != t.name) continue;
     const SeriesId sid = *intern_series(format_series_key(sel.selector.name, t.labels));
-    if (std::any_of(t.params.begin(), t.params.end(), [&](const auto& p) { return p.series == sid; }))
+    if (std::any_of(t.params.begin(), t.params.end(),
+                    [&](const auto& p) { return p.series == sid; }))
       continue;  // several selectors (other matchers) read the same series
     TensorSeries::ParamRequest req;
     req.stat = ref.stat;

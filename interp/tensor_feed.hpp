@@ -20,8 +20,8 @@ class TensorFeed {
   /// some rule reads (ids not of this store are ignored). With `allgather`,
   /// every process's stats are gathered and combined first; a failed gather
   /// falls back to this process's and counts in `stats.gather_failures`.
-  void derive(std::span<const TensorSample> samples, SeriesStore& store,
-              const AllGather& allgather, EngineStats& stats, std::vector<Sample>& out);
+  void derive(std::span<const TensorSample> samples, SeriesStore& store, const AllGather& allgather,
+              EngineStats& stats, std::vector<Sample>& out);
 
  private:
   // This process's stats of the tensors of one observe (a block per tensor:

@@ -94,31 +94,28 @@ stdlib::Window WindowReader::window(const History& h, const ir::Dur& w, const Cl
     }
     case ir::Unit::steps: {
       // (cur - N, cur]: samples of other modes may lie above the current step.
-      auto in = [&](std::int64_t st) {
-        return static_cast<double>(st) > static_cast<double>(step) - w.amount && st <= step;
-      };
-      if (!h.steps_sorted) return gather(h, [&](std::size_t p) { return in(h.step[p]); }, 0);
+      const double lower = static_cast<double>(step) - w.amount;
+      auto before = [&](std::int64_t st) { return static_cast<double>(st) <= lower; };
+      auto in = [&](std::int64_t st) { return !before(st) && st <= step; };
+      auto held_in = [&](std::size_t p) { return in(h.step[p]); };
+      if (!h.steps_sorted) return gather(h, held_in, 0);
       const std::int64_t* first = &h.step[base];
-      lo = static_cast<std::size_t>(
-          std::partition_point(first, first + h.size,
-                               [&](std::int64_t st) {
-                                 return static_cast<double>(st) <=
-                                        static_cast<double>(step) - w.amount;
-                               }) -
-          first);
+      const std::int64_t* last = first + h.size;
+      lo = static_cast<std::size_t>(std::partition_point(first, last, before) - first);
       hi = static_cast<std::size_t>(
-          std::partition_point(first, first + h.size, [&](std::int64_t st) { return st <= step; }) -
-          first);
+          std::partition_point(first, last, [&](std::int64_t st) { return st <= step; }) - first);
       break;
     }
-    case ir::Unit::seconds:
+    case ir::Unit::seconds: {
       // (now - T, now]; samples taken without a time are in no time window.
       if (std::isnan(time)) return no_window;
-      return gather(
-          h, [&](std::size_t p) { return h.time[p] > time - w.amount && h.time[p] <= time; }, 0);
-    case ir::Unit::evals:
-      return gather(h, [&](std::size_t p) { return h.mode[p] == eval_mode; },
-                    static_cast<std::size_t>(w.amount));
+      auto in = [&](std::size_t p) { return h.time[p] > time - w.amount && h.time[p] <= time; };
+      return gather(h, in, 0);
+    }
+    case ir::Unit::evals: {
+      auto is_eval = [&](std::size_t p) { return h.mode[p] == eval_mode; };
+      return gather(h, is_eval, static_cast<std::size_t>(w.amount));
+    }
     case ir::Unit::epochs: return no_window;
   }
   const std::size_t n = hi > lo ? hi - lo : 0;
