@@ -1,7 +1,8 @@
 # Vigil — build, demo and test entry points (SPEC §7).
 #
-#   make demo    install missing Debian packages, build, run rulecheck on the bundled example
-#   make test    install, build, run every test; then the same under ASan+UBSan
+#   make demo    install missing Debian packages, build what the demo runs (rulecheck, the
+#                torch trainer), run rulecheck on the bundled example and the trainer
+#   make test    install, build everything, run every test; then the same under ASan+UBSan
 #   make bench   build and run the benchmarks (not part of `make test`)
 #
 # Meant to run as root on a fresh Debian 12 machine; packages are only
@@ -38,7 +39,7 @@ define configure
 	cmake -S . -B $(1) -G Ninja -DCMAKE_BUILD_TYPE=$(2) $$launcher $$compiler $(3) >/dev/null
 endef
 
-.PHONY: all deps build demo test test-main test-asan bench clean
+.PHONY: all deps build build-demo demo test test-main test-asan bench clean
 
 all: build
 
@@ -60,8 +61,17 @@ build: deps
 	@echo "==> building $(BUILD)"
 	cmake --build $(BUILD) -j $(JOBS)
 
+# Only what the demo runs: rulecheck, and the example trainer when libtorch was
+# found (configure then adds its folder). Tests and benchmarks wait for `make test`.
+build-demo: deps
+	@echo "==> configuring $(BUILD) ($(BUILD_TYPE))"
+	$(call configure,$(BUILD),$(BUILD_TYPE),)
+	@echo "==> building the demo's targets in $(BUILD)"
+	@targets=rulecheck; if [ -d $(BUILD)/examples/torch_trainer ]; then targets="$$targets torch_trainer"; fi; \
+	cmake --build $(BUILD) -j $(JOBS) --target $$targets
+
 # rulecheck exits 1 when rules fired: that is the point of the demo, not a failure.
-demo: build
+demo: build-demo
 	@echo "==> $(RULECHECK) run $(DEMO_RULES) --trace $(DEMO_TRACE)"
 	@status=0; $(RULECHECK) run $(DEMO_RULES) --trace $(DEMO_TRACE) || status=$$?; \
 	case $$status in \

@@ -6,7 +6,8 @@
 // - Never throws and never crashes on any input bytes; problems come back as
 //   diagnostics (code "parse") with the position of the failure.
 // - After an error the parser skips to the next line that starts a statement
-//   (`rule`, `when`, `use`, `param`, `let`, `import`, `action`) and goes on,
+//   (`rule`, `when`, `use`, `param`, `let`, `import`, `action`, `alias`;
+//   starts_statement in parser.cpp has the list) and goes on,
 //   so one call reports the errors of every broken statement (up to
 //   `max_errors`). Statements that parsed are returned even if others failed.
 // - Nesting deeper than `max_nesting` (parentheses, unary operators,

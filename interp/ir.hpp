@@ -71,13 +71,17 @@ struct Node {
 
 using NodePtr = std::unique_ptr<Node>;
 
+/// The most `escalate` clauses a rule may have: the checker rejects more, and
+/// the engine's per-element state has room for exactly this many chains.
+inline constexpr std::size_t max_escalations = 4;
+
 struct Rule {
   RuleInfo info;
   NodePtr condition;  // boolean
   std::optional<Dur> for_, after, until, every, cooldown;
   /// Where each action is written: info.actions, then each escalation's.
   std::vector<std::pair<std::uint32_t, SourceRange>> action_sites;
-  std::vector<Dur> escalation_within;  // parallel to info.escalations
+  std::vector<Dur> escalation_within;  // parallel to info.escalations (<= max_escalations)
 };
 
 }  // namespace vigil::ir

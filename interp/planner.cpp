@@ -8,30 +8,8 @@
 
 namespace vigil::interp {
 
-double apply_unary(ir::Op op, double a) {
-  return op == ir::Op::neg ? -a : (a != 0 && !std::isnan(a) ? 0.0 : 1.0);
-}
-
-double apply_binary(ir::Op op, double a, double b) {
-  const bool nan = std::isnan(a) || std::isnan(b);
-  switch (op) {
-    case ir::Op::add: return a + b;
-    case ir::Op::sub: return a - b;
-    case ir::Op::mul: return a * b;
-    case ir::Op::div: return a / b;
-    case ir::Op::mod: return std::fmod(a, b);
-    case ir::Op::pow: return std::pow(a, b);
-    case ir::Op::lt: return !nan && a < b;
-    case ir::Op::le: return !nan && a <= b;
-    case ir::Op::gt: return !nan && a > b;
-    case ir::Op::ge: return !nan && a >= b;
-    case ir::Op::eq: return !nan && a == b;
-    case ir::Op::ne: return !nan && a != b;
-    case ir::Op::and_: return (a != 0 && !std::isnan(a)) && (b != 0 && !std::isnan(b));
-    case ir::Op::or_: return (a != 0 && !std::isnan(a)) || (b != 0 && !std::isnan(b));
-    default: return std::numeric_limits<double>::quiet_NaN();
-  }
-}
+// apply_unary / apply_binary are in execute_operator.cpp, beside the array
+// version of the same semantics.
 
 void Retention::cover(const ir::Dur& window, const stdlib::FunctionDef& fn) {
   // `before(x[N])` reads the (N+1)-th newest sample.

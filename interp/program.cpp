@@ -2,10 +2,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <filesystem>
 #include <fmt/format.h>
-#include <fstream>
-#include <sstream>
 
 #include "interp/program_impl.hpp"
 
@@ -87,7 +84,9 @@ std::uint64_t fingerprint(const interp::Plan& plan) {
 
 CompileResult compile_roots(std::vector<interp::RootFile> roots, const CompileOptions& options,
                             CompileResult result = {}) {
-  auto checked = interp::check(roots, options, result.sources, result.diagnostics);
+  const interp::FileLoader files;
+  const interp::CheckEnv env{stdlib::standard_functions(), files};
+  auto checked = interp::check(roots, options, env, result.sources, result.diagnostics);
   for (const auto& d : result.diagnostics)
     if (d.level == DiagLevel::error) return result;
   auto impl = std::make_shared<detail::ProgramImpl>();
@@ -118,18 +117,16 @@ CompileResult compile_roots(std::vector<interp::RootFile> roots, const CompileOp
 CompileResult compile_files(const std::vector<std::string>& paths, const CompileOptions& options) {
   std::vector<interp::RootFile> roots;
   CompileResult result;
+  const interp::FileLoader files;
   for (const auto& path : paths) {
-    std::ifstream in(path, std::ios::binary);
-    std::error_code ec;
-    if (!in || std::filesystem::is_directory(path, ec)) {
+    auto text = files.read(path);
+    if (!text) {
       std::uint32_t id = result.sources.add(path, "");
       result.diagnostics.push_back(
           {DiagLevel::error, "io", fmt::format("cannot read rule file '{}'", path), id, {}, {}, {}});
       continue;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    roots.push_back({path, text.str(), std::filesystem::path(path).parent_path().string()});
+    roots.push_back({path, std::move(*text), interp::FileLoader::dir_of(path)});
   }
   if (!result.diagnostics.empty()) return result;
   return compile_roots(std::move(roots), options, std::move(result));

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "vigil/program.hpp"
+#include "vigil/series_key.hpp"
 #include "vigil/tensor.hpp"
 #include "vigil/trace.hpp"
 
@@ -48,17 +49,10 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Sorted (label, value) pairs of one series, without the metric name.
-using Labels = std::vector<std::pair<std::string, std::string>>;
-
-/// Parses a series key `name` or `name{a="x",b="y"}` (the Vigil trace form,
-/// values with \" \\ \n escapes). Returns false on malformed keys.
-bool parse_series_key(std::string_view key, std::string& name, Labels& labels);
-/// The canonical key: labels sorted by name, `name{a="x",b="y"}`, or `name`.
-std::string format_series_key(std::string_view name, const Labels& labels);
-
-/// A rule that became true. References point into the Program and Engine and
-/// stay valid for the Engine's lifetime.
+/// A rule that became true. Its references (rule, mode, labels, actions)
+/// point into the Engine and its Program: like the span observe() returns,
+/// they are valid until the next observe() or restore_state() on that engine
+/// (a new mode or label set may move what they point at). Copy what you keep.
 struct Firing {
   const RuleInfo* rule = nullptr;
   std::int64_t step = 0;

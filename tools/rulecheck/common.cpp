@@ -19,6 +19,15 @@ std::optional<vigil::Program> compile(const std::vector<std::string>& paths,
   return std::move(*result.program);
 }
 
+std::optional<vigil::Program> compile_with(const std::vector<std::string>& rules,
+                                           const std::vector<std::string>& params,
+                                           const std::vector<std::string>& aliases) {
+  vigil::CompileOptions options;
+  if (!parse_params(params, options.params)) return std::nullopt;
+  if (!parse_aliases(aliases, options.aliases)) return std::nullopt;
+  return compile(rules, options);
+}
+
 // `--param k=v` values; false (and a message) on a malformed one.
 bool parse_params(const std::vector<std::string>& raw, std::map<std::string, vigil::Value>& out) {
   for (const auto& item : raw) {

@@ -29,6 +29,13 @@ void print_err(std::string_view text);
 std::optional<vigil::Program> compile(const std::vector<std::string>& paths,
                                       const vigil::CompileOptions& options);
 
+/// The opening run, report and watch share: parses `--param k=v` and
+/// `--alias NEW=OLD` values, then compiles `rules` with them, printing every
+/// diagnostic. nullopt (after a message) if any of it fails.
+std::optional<vigil::Program> compile_with(const std::vector<std::string>& rules,
+                                           const std::vector<std::string>& params,
+                                           const std::vector<std::string>& aliases);
+
 /// `--param k=v` values; false (and a message) on a malformed one.
 bool parse_params(const std::vector<std::string>& raw, std::map<std::string, vigil::Value>& out);
 

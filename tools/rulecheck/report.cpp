@@ -144,10 +144,7 @@ std::string chart(const std::string& key, const SeriesData& data, const std::vec
 }  // namespace
 
 int run_report(const ReportOptions& opts) {
-  vigil::CompileOptions compile_options;
-  if (!parse_params(opts.params, compile_options.params)) return exit_error;
-  if (!parse_aliases(opts.aliases, compile_options.aliases)) return exit_error;
-  const auto program = compile(opts.rules, compile_options);
+  const auto program = compile_with(opts.rules, opts.params, opts.aliases);
   if (!program) return exit_error;
 
   // A firing is marked on the charts of the series its rule reads.

@@ -185,10 +185,7 @@ int run_check(const std::vector<std::string>& rules) {
 }
 
 int run_run(const RunOptions& opts) {
-  vigil::CompileOptions compile_options;
-  if (!parse_params(opts.params, compile_options.params)) return exit_error;
-  if (!parse_aliases(opts.aliases, compile_options.aliases)) return exit_error;
-  const auto program = compile(opts.rules, compile_options);
+  const auto program = compile_with(opts.rules, opts.params, opts.aliases);
   if (!program) return exit_error;
 
   const Format format = opts.format == "json" ? Format::json : Format::text;

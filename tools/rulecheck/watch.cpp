@@ -301,10 +301,7 @@ class Watcher {
 }  // namespace
 
 int run_watch(const WatchOptions& opts) {
-  vigil::CompileOptions compile_options;
-  if (!parse_params(opts.params, compile_options.params)) return exit_error;
-  if (!parse_aliases(opts.aliases, compile_options.aliases)) return exit_error;
-  const auto program = compile(opts.rules, compile_options);
+  const auto program = compile_with(opts.rules, opts.params, opts.aliases);
   if (!program) return exit_error;
 
   install_signal_handlers();

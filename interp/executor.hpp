@@ -1,0 +1,119 @@
+// The executor: one forward pass over the plan per observation, computing
+// each touched node's value as a whole column of (label set, value) pairs.
+// Dispatch on the node kind happens once per node (executor.cpp); ranges
+// (execute_range.cpp) and operators and elementwise joins
+// (execute_operator.cpp) each have their own file.
+//
+// Owns: the columns, stateful-function slots, histories of ranges over
+// expressions, and its scratch (argument buffer, window reader). Must not
+// touch: series identity or samples (reads the SeriesStore only), rule state,
+// firings, actions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "interp/plan.hpp"
+#include "interp/series_store.hpp"
+#include "interp/window.hpp"
+
+namespace vigil::interp {
+
+/// One node's value: a column of (label set, value) sorted by label set id.
+struct Column {
+  std::vector<std::uint32_t> labels;
+  std::vector<double> values;
+  std::vector<std::uint8_t> fresh;  // computed from a sample of this observation
+  std::uint64_t computed = 0;       // observation number of the last computation
+  void clear() {
+    labels.clear();
+    values.clear();
+    fresh.clear();
+  }
+  void push(std::uint32_t l, double v, bool f) {
+    labels.push_back(l);
+    values.push_back(v);
+    fresh.push_back(f);
+  }
+};
+
+/// A stateful function's state for one label set. Plain data (saved bytewise).
+struct StatefulSlot {
+  stdlib::DetectorState state;
+  double out = std::numeric_limits<double>::quiet_NaN();
+  bool defined = false;  // warmed up, or just fed a NaN (which yields NaN)
+};
+
+/// The values of an expression that a range reads (`(x > 1)[10]`), for one
+/// label set.
+struct ExprHistory {
+  std::uint32_t labels = 0;
+  History hist;
+  std::uint64_t stamp = 0;  // observation number of the newest sample
+};
+
+/// What one observation is evaluated at.
+struct Observe {
+  std::uint64_t obs = 0;  // observation number (1 for the first)
+  Clock clock;
+};
+
+class Executor {
+ public:
+  explicit Executor(const Plan& plan);
+
+  /// Recomputes every node whose inputs changed at observation `at` (every
+  /// node after construction or force_all()). Allocates only while new
+  /// series and label sets appear.
+  void evaluate(const SeriesStore& store, const Observe& at);
+  /// The next evaluate() recomputes every node (state was restored).
+  void force_all() { force_ = true; }
+
+  [[nodiscard]] const Column& column(std::uint32_t node) const { return columns_[node]; }
+  /// Element `label` of node `id`'s column (a scalar's, or a lone element's,
+  /// whatever the label).
+  [[nodiscard]] std::optional<double> element(std::uint32_t id, std::uint32_t label) const;
+
+  // Per-label state, saved and restored by engine_state.cpp.
+  std::vector<std::vector<StatefulSlot>> slots;     // per stateful node, by label id
+  std::vector<std::vector<ExprHistory>> expr_hist;  // per range-over-expression node, by labels
+
+ private:
+  [[nodiscard]] bool fresh_at(std::uint32_t node, std::size_t i) const {
+    return columns_[node].computed == at_.obs && columns_[node].fresh[i];
+  }
+  [[nodiscard]] bool touched(std::uint32_t id) const;
+  /// A vector whose only element has no labels (`loss`): it pairs with
+  /// every element of a labelled vector, as a scalar would.
+  [[nodiscard]] bool lone(std::uint32_t in) const {
+    const Column& c = columns_[in];
+    return c.labels.size() == 1 && c.labels[0] == 0;
+  }
+  void copy_fresh(std::uint32_t in, Column& out) const;
+
+  // executor.cpp
+  void eval_selector(const PlanNode& n, Column& out);
+  void eval_fallback(const PlanNode& n, Column& out);
+  void eval_aggregate(const PlanNode& n, Column& out);
+  void eval_stateful(std::uint32_t id, const PlanNode& n, Column& out);
+  // execute_range.cpp
+  void reduce(const PlanNode& n, const History& h, std::uint32_t labels, bool fresh, Column& out);
+  void eval_range(const PlanNode& n, Column& out);
+  void eval_age(const PlanNode& n, Column& out);
+  void eval_expr_range(std::uint32_t id, const PlanNode& n, Column& out);
+  // execute_operator.cpp
+  bool eval_operator(const PlanNode& n, Column& out);
+  void eval_elementwise(const PlanNode& n, Column& out);
+
+  const Plan* plan_;
+  std::vector<Column> columns_;  // per plan node
+  // Valid during evaluate().
+  const SeriesStore* store_ = nullptr;
+  Observe at_;
+  bool force_ = true;  // recompute every node (first observation, after restore)
+  std::vector<double> args_;
+  WindowReader reader_;
+};
+
+}  // namespace vigil::interp

@@ -1,0 +1,115 @@
+// explain(): a human-readable account of a firing, from the state the engine
+// holds right after the observation that produced it (inputs, windows, the
+// rule's pending run). Read-only: it takes the engine as const and reads
+// windows through a WindowReader of its own, so it cannot disturb the
+// executor's scratch or any state.
+#include <fmt/format.h>
+
+#include "interp/engine_impl.hpp"
+
+namespace vigil {
+
+namespace {
+
+using interp::History;
+using interp::no_node;
+using interp::PlanNode;
+
+/// "N samples [value@step ...]": what range node `n` reads of `h` (the
+/// newest 12 shown).
+std::string window_text(const History& h, const PlanNode& n, const interp::Clock& clock) {
+  interp::WindowReader reader;
+  auto w = reader.read(h, n.window, *n.fn, clock);
+  std::string vals;
+  const std::size_t from = w.n > 12 ? w.n - 12 : 0;
+  if (from) vals += "... ";
+  for (std::size_t i = from; i < w.n; ++i)
+    vals += fmt::format("{}{}@{}", i > from ? " " : "", w.values[i], w.steps[i]);
+  return fmt::format("{} samples [{}]", w.n, vals);
+}
+
+}  // namespace
+
+std::string Engine::Impl::explain(const Firing& f) const {
+  std::size_t ri = static_cast<std::size_t>(f.rule - program.rules().data());
+  if (ri >= plan->rules.size()) return {};
+  const auto& pr = plan->rules[ri];
+  const auto& store = state.store;
+  const auto& labelsets = store.labelsets;
+  const auto& clock = state.clock;
+  std::string out;
+  const auto& src = program.sources();
+  // A rule made by `use` shows its inputs in the template's words
+  // (`median(metric[window steps])`): first say which arguments those are.
+  const RuleInfo& info = program.rules()[ri];
+  if (!info.template_name.empty() && info.range.end <= src[info.file].text.size()) {
+    std::string_view use = std::string_view(src[info.file].text)
+                               .substr(info.range.begin, info.range.end - info.range.begin);
+    use = use.substr(0, use.find('\n'));
+    out += fmt::format("    {} ({}:{})\n", use, src[info.file].name,
+                       src.line_col(info.file, info.range.begin).line);
+  }
+  for (auto leaf : pr.leaves) {
+    const PlanNode& n = plan->nodes[leaf];
+    const auto& text = src[n.file].text;
+    std::string_view expr =
+        n.range.end <= text.size()
+            ? std::string_view(text).substr(n.range.begin, n.range.end - n.range.begin)
+            : std::string_view{};
+    if (n.selector == no_node) {
+      // A range over an expression: its recorded values for the firing's
+      // label set (or every label set of a scalar firing, up to 8).
+      std::size_t shown = 0;
+      for (const auto& h : state.exec.expr_hist[leaf]) {
+        if (!f.labels->empty() && labelsets[h.labels].get() != f.labels) continue;
+        if (++shown > 8) {
+          out += "    ...\n";
+          break;
+        }
+        const std::string labels = format_series_key("", *labelsets[h.labels]);
+        out += fmt::format("    {}{}{}: {}\n", expr, labels.empty() ? "" : " for ", labels,
+                           window_text(h.hist, n, clock));
+      }
+      continue;
+    }
+    const auto& ms = store.members[n.selector];
+    std::size_t shown = 0;
+    for (SeriesId sid : ms) {
+      const interp::Series& s = store.series[sid];
+      if (s.hist.size == 0) continue;
+      if (!f.labels->empty() && labelsets[s.labels].get() != f.labels && ms.size() > 1) continue;
+      if (++shown > 8) {
+        out += "    ...\n";
+        break;
+      }
+      std::string key = store.key(sid);
+      if (n.op == ir::Op::selector) {
+        out += fmt::format("    {} = {} (step {})\n", key, s.hist.value[s.hist.newest()],
+                           s.hist.step[s.hist.newest()]);
+      } else if (n.fn->kind == stdlib::FnKind::clock) {
+        out += fmt::format("    {} for {}: {} s since its sample at step {}\n", expr, key,
+                           clock.time - s.hist.time[s.hist.newest()], s.hist.step[s.hist.newest()]);
+      } else {
+        out += fmt::format("    {} over {}: {}\n", expr, key, window_text(s.hist, n, clock));
+      }
+    }
+  }
+  const auto& rs = state.rules[ri];
+  const std::uint32_t label = [&] {
+    for (std::uint32_t i = 0; i < labelsets.size(); ++i)
+      if (labelsets[i].get() == f.labels) return i;
+    return 0u;
+  }();
+  if (label < rs.elems.size()) {
+    const auto& e = rs.elems[label];
+    std::string steps;
+    const std::int64_t k = std::min<std::int64_t>(e.run, 8);
+    for (std::int64_t i = e.run - k; i < e.run; ++i)
+      steps += fmt::format("{}{}", steps.empty() ? "" : ", ", e.recent[i % 8]);
+    out += fmt::format("    pending since step {}: {} consecutive true evaluation{} ({}{})\n",
+                       e.first_step, e.run, e.run == 1 ? "" : "s", e.run > 8 ? "..., " : "", steps);
+  }
+  return out;
+}
+
+}  // namespace vigil

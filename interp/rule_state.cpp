@@ -1,0 +1,179 @@
+// Rule state machines (see rule_state.hpp): gates, runs, `for`, cooldown,
+// escalation, and the firing value. Must not touch columns beyond reading
+// them, series, or actions.
+#include "interp/rule_state.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vigil::interp {
+
+namespace {
+
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+/// to - from in double: steps are host data and int64 subtraction of
+/// extreme values would overflow.
+double span(std::int64_t from, std::int64_t to) {
+  return static_cast<double>(to) - static_cast<double>(from);
+}
+
+/// How far into the run this observation is, in `unit` (samples/evals:
+/// the rule's evaluation opportunities before this one).
+double progress(ir::Unit unit, std::uint64_t opportunity, const RuleClock& c) {
+  switch (unit) {
+    case ir::Unit::steps: return static_cast<double>(c.step);
+    case ir::Unit::samples:
+    case ir::Unit::evals: return static_cast<double>(opportunity);
+    case ir::Unit::seconds: return c.time - c.first_time;
+    case ir::Unit::epochs: return c.epoch;
+  }
+  return nan;
+}
+
+/// `after`, `until`, `every`: whether the rule is evaluated at all now.
+bool gate(const ir::Rule& r, RuleState& rs, const RuleClock& c) {
+  const std::uint64_t opportunity = rs.opportunities++;
+  // `after`: from this point on; `until`: only before it. NaN progress
+  // (no time or epoch yet) passes neither.
+  if (r.after && !(progress(r.after->unit, opportunity, c) >= r.after->amount)) return false;
+  if (r.until && !(progress(r.until->unit, opportunity, c) < r.until->amount)) return false;
+  if (r.every) {
+    const auto& e = *r.every;
+    switch (e.unit) {
+      case ir::Unit::samples:
+      case ir::Unit::evals:
+        if (rs.every_index++ % static_cast<std::uint64_t>(e.amount) != 0) return false;
+        break;
+      case ir::Unit::steps:
+        if (rs.has_every &&
+            static_cast<double>(c.step) < static_cast<double>(rs.every_step) + e.amount)
+          return false;
+        break;
+      case ir::Unit::seconds:
+        // A time (epoch) cadence skips opportunities without a time (epoch):
+        // one could not be placed on it, and would stall it for good.
+        if (std::isnan(c.time) || (rs.has_every && !(c.time >= rs.every_time + e.amount))) return false;
+        break;
+      case ir::Unit::epochs:
+        if (std::isnan(c.epoch) || (rs.has_every && !(c.epoch >= rs.every_epoch + e.amount)))
+          return false;
+        break;
+    }
+    rs.has_every = true;
+    rs.every_step = c.step;
+    rs.every_time = c.time;
+    rs.every_epoch = c.epoch;
+  }
+  return true;
+}
+
+/// How far this evaluation is from the element's last firing, in `unit`.
+double since_last_fire(ir::Unit unit, const ElemState& e, const RuleClock& c) {
+  switch (unit) {
+    case ir::Unit::samples:
+    case ir::Unit::evals: return static_cast<double>(e.evals - e.last_fire_eval);
+    case ir::Unit::steps: return span(e.last_fire_step, c.step);
+    case ir::Unit::seconds: return c.time - e.last_fire_time;
+    case ir::Unit::epochs: return c.epoch - e.last_fire_epoch;
+  }
+  return nan;
+}
+
+/// The `for` clause holds for the element's current run.
+bool satisfied(const ir::Rule& r, const ElemState& e, const RuleClock& c) {
+  if (!r.for_) return true;
+  const auto& d = *r.for_;
+  switch (d.unit) {
+    case ir::Unit::samples:
+    case ir::Unit::evals: return static_cast<double>(e.run) >= d.amount;
+    case ir::Unit::steps: return span(e.first_step, c.step) >= d.amount;
+    case ir::Unit::seconds: return c.time - e.first_time >= d.amount;
+    case ir::Unit::epochs: return c.epoch - e.first_epoch >= d.amount;
+  }
+  return false;
+}
+
+std::optional<double> decision_value(const PlanRule& pr, const Executor& exec, std::uint32_t label,
+                                     std::int32_t at) {
+  using Kind = Decision::Kind;
+  if (at < 0 || static_cast<std::size_t>(at) >= pr.decisions.size()) return std::nullopt;
+  const auto& d = pr.decisions[static_cast<std::size_t>(at)];
+  auto holds = [&](std::int32_t k) {
+    auto v = exec.element(pr.decisions[static_cast<std::size_t>(k)].node, label);
+    return v && *v != 0 && !std::isnan(*v);
+  };
+  switch (d.kind) {
+    case Kind::comparison: return exec.element(d.lhs, label);
+    case Kind::and_: return decision_value(pr, exec, label, d.a);
+    case Kind::or_: return decision_value(pr, exec, label, !holds(d.a) && holds(d.b) ? d.b : d.a);
+    case Kind::fallback:
+      return decision_value(
+          pr, exec, label,
+          exec.column(pr.decisions[static_cast<std::size_t>(d.a)].node).values.empty() ? d.b : d.a);
+    case Kind::none: break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool RuleState::pending() const {
+  return std::any_of(elems.begin(), elems.end(), [](const ElemState& e) { return e.run > 0; });
+}
+
+void advance_rule(const PlanRule& pr, RuleState& rs, const Column& root, const RuleClock& clock,
+                  std::size_t label_count, std::vector<RuleHit>& hits) {
+  const ir::Rule& r = pr.rule;
+  if (!r.info.mode.empty() && r.info.mode != clock.mode) return;
+  if (root.computed != clock.obs) return;
+  if (std::none_of(root.fresh.begin(), root.fresh.end(), [](auto f) { return f != 0; })) return;
+  if (!gate(r, rs, clock)) return;
+  if (rs.elems.size() < label_count) rs.elems.resize(label_count);
+  for (std::size_t i = 0; i < root.values.size(); ++i) {
+    if (!root.fresh[i]) continue;
+    const std::uint32_t label = root.labels[i];
+    ElemState& e = rs.elems[label];
+    ++e.evals;
+    const double v = root.values[i];
+    if (!(v != 0) || std::isnan(v)) {
+      e.run = 0;
+      e.fired = false;
+      continue;
+    }
+    if (++e.run == 1) {
+      e.first_step = clock.step;
+      e.first_time = clock.time;
+      e.first_epoch = clock.epoch;
+    }
+    e.recent[(e.run - 1) % 8] = clock.step;
+    if (!satisfied(r, e, clock)) continue;
+    bool fire = !e.fired;
+    if (!fire && r.cooldown)
+      fire = since_last_fire(r.cooldown->unit, e, clock) >= r.cooldown->amount;
+    if (!fire) continue;
+    // Escalation: count this firing's chain of earlier firings, each
+    // within the clause's span of the next (measured before updating
+    // last_fire), and take the last clause whose count is reached.
+    const bool fired_before = e.last_fire_eval > 0;
+    int level = 0;
+    for (std::size_t k = 0; k < r.escalation_within.size(); ++k) {
+      const auto& w = r.escalation_within[k];
+      e.chain[k] =
+          fired_before && since_last_fire(w.unit, e, clock) <= w.amount ? e.chain[k] + 1 : 0;
+      if (e.chain[k] >= r.info.escalations[k].after) level = static_cast<int>(k) + 1;
+    }
+    e.fired = true;
+    e.last_fire_eval = e.evals;
+    e.last_fire_step = clock.step;
+    e.last_fire_time = clock.time;
+    e.last_fire_epoch = clock.epoch;
+    hits.push_back({label, level, e.first_step});
+  }
+}
+
+std::optional<double> firing_value(const PlanRule& pr, const Executor& exec, std::uint32_t label) {
+  return decision_value(pr, exec, label, 0);
+}
+
+}  // namespace vigil::interp

@@ -1,0 +1,113 @@
+// Interning of label sets, series, tensor series and modes (see
+// series_store.hpp). Must not touch evaluation, rule state or firings.
+#include "interp/series_store.hpp"
+
+#include <algorithm>
+
+#include "interp/program_impl.hpp"
+
+namespace vigil::interp {
+
+namespace {
+
+constexpr StatMask update_stats = stat_bit(Stat::update_norm) | stat_bit(Stat::update_ratio);
+
+}  // namespace
+
+SeriesStore::SeriesStore(Program program)
+    : program_(std::move(program)), plan_(&program_.impl().plan) {
+  labelsets.push_back(std::make_unique<Labels>());
+  labelset_ids_.emplace("", 0);
+  members.resize(plan_->selectors.size());
+}
+
+std::uint32_t SeriesStore::intern_labels(const Labels& labels) {
+  std::string key = format_series_key("", labels);
+  auto [it, added] = labelset_ids_.try_emplace(key, static_cast<std::uint32_t>(labelsets.size()));
+  if (added) labelsets.push_back(std::make_unique<Labels>(labels));
+  return it->second;
+}
+
+SeriesId SeriesStore::add_series(const std::string& key, std::string name, const Labels& labels) {
+  Series s;
+  s.name = std::move(name);
+  s.labels = intern_labels(labels);
+  const auto id = static_cast<SeriesId>(series.size());
+  for (std::size_t i = 0; i < plan_->selectors.size(); ++i) {
+    const auto& sel = plan_->selectors[i];
+    if (!sel.matches(s.name, labels)) continue;
+    s.need.widen(sel.retention);
+    auto& m = members[i];
+    auto pos = std::lower_bound(m.begin(), m.end(), s.labels,
+                                [&](SeriesId a, std::uint32_t l) { return series[a].labels < l; });
+    m.insert(pos, id);
+  }
+  s.hist.reserve(std::max<std::size_t>(s.need.count, 2));
+  if (s.name == "epoch" && labels.empty()) epoch_series = id;
+  series.push_back(std::move(s));
+  series_ids_.emplace(key, id);
+  return id;
+}
+
+std::optional<SeriesId> SeriesStore::intern_series(std::string_view key) {
+  if (auto it = series_ids_.find(key); it != series_ids_.end()) return it->second;
+  std::string name;
+  Labels labels;
+  if (!parse_series_key(key, name, labels)) return std::nullopt;
+  name = std::string(program_.resolve_alias(name));  // `alias loss = train/loss`
+  std::string canonical = format_series_key(name, labels);
+  if (auto it = series_ids_.find(canonical); it != series_ids_.end()) {
+    series_ids_.emplace(std::string(key), it->second);
+    return it->second;
+  }
+  SeriesId id = add_series(canonical, name, labels);
+  if (canonical != key) series_ids_.emplace(std::string(key), id);
+  return id;
+}
+
+std::optional<TensorId> SeriesStore::intern_tensor(std::string_view key) {
+  if (auto it = tensor_ids_.find(key); it != tensor_ids_.end()) return it->second;
+  TensorSeries t;
+  if (!parse_series_key(key, t.name, t.labels)) return std::nullopt;
+  for (std::size_t i = 0; i < stat_count; ++i) {
+    const auto stat = static_cast<Stat>(i);
+    const std::string derived = t.name + "_" + std::string(stat_name(stat));
+    const bool read = std::any_of(plan_->selectors.begin(), plan_->selectors.end(),
+                                  [&](const auto& sel) { return sel.selector.name == derived; });
+    if (!read) continue;
+    t.mask |= stat_bit(stat);
+    t.derived[i] = *intern_series(format_series_key(derived, t.labels));
+  }
+  t.needs_prev = (t.mask & update_stats) != 0;
+  // Parameterised stats: the selector name is the canonical derived name
+  // `T_stat(a,b)`, so the request (stat and arguments) is read back from it.
+  for (const auto& sel : plan_->selectors) {
+    ParamStatRef ref;
+    if (!parse_param_stat_series(sel.selector.name, ref) || ref.tensor != t.name) continue;
+    const SeriesId sid = *intern_series(format_series_key(sel.selector.name, t.labels));
+    if (std::any_of(t.params.begin(), t.params.end(),
+                    [&](const auto& p) { return p.series == sid; }))
+      continue;  // several selectors (other matchers) read the same series
+    TensorSeries::ParamRequest req;
+    req.stat = ref.stat;
+    req.nargs = ref.nargs;
+    std::copy(ref.args, ref.args + ref.nargs, req.args);
+    req.series = sid;
+    t.params.push_back(req);
+    t.needs_prev |= ref.stat == ParamStat::frac_changed;
+  }
+  const auto id = static_cast<TensorId>(tensors.size());
+  tensors.push_back(std::move(t));
+  tensor_ids_.emplace(std::string(key), id);
+  return id;
+}
+
+std::uint16_t SeriesStore::intern_mode(std::string_view m) {
+  for (std::size_t i = 0; i < modes.size(); ++i)
+    if (modes[i] == m) return static_cast<std::uint16_t>(i);
+  modes.emplace_back(m);
+  last_step_by_mode.push_back(INT64_MIN);
+  return static_cast<std::uint16_t>(modes.size() - 1);
+}
+
+}  // namespace vigil::interp

@@ -1,0 +1,117 @@
+// The series store: the identities the engine has seen and the samples it
+// keeps for them. Interns label sets, series keys (with aliases), tensor
+// series (which derived stat series a tensor feeds) and modes to dense ids,
+// and holds each series' history.
+//
+// Owns: ids and their reverse maps, which plan selectors each series belongs
+// to, each series' History and retention. Must not touch: plan evaluation,
+// rule state, firings, actions. Interning allocates (warm-up); looking up a
+// key seen before does not.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "interp/plan.hpp"
+#include "interp/window.hpp"
+#include "vigil/engine.hpp"
+
+namespace vigil::interp {
+
+struct Series {
+  std::string name;
+  std::uint32_t labels = 0;  // label set id
+  History hist;
+  Retention need;           // the widest retention of the selectors it matches
+  std::uint64_t stamp = 0;  // observation number of the newest sample
+};
+
+/// A tensor series the host hands over: which stats rules read, the derived
+/// series they become, and the previous value when update stats are read.
+struct TensorSeries {
+  std::string name;
+  Labels labels;
+  StatMask mask = 0;
+  std::array<SeriesId, stat_count> derived{};  // where mask has the bit
+  /// The parameterised stats some rule reads (`T_frac_outside(-1,1)`), each
+  /// computed by its own pass.
+  struct ParamRequest {
+    ParamStat stat = ParamStat::frac_outside;
+    std::size_t nargs = 0;
+    double args[max_param_stat_args] = {};
+    SeriesId series = 0;
+  };
+  std::vector<ParamRequest> params;
+  bool needs_prev = false;  // an update stat or frac_changed is read
+  bool has_prev = false;
+  /// Multi-process: the whole tensor's norm at its previous observation
+  /// (update_ratio of combined stats divides by it).
+  double combined_norm = std::numeric_limits<double>::quiet_NaN();
+  DType prev_dtype = DType::float32;
+  std::vector<std::int64_t> prev_shape;
+  std::vector<std::byte> prev;  // packed row-major copy
+
+  /// Some rule reads a stat of it (else observing it costs nothing).
+  [[nodiscard]] bool used() const { return mask != 0 || !params.empty(); }
+  /// The kept previous value (valid until `prev` changes), and whether there is one.
+  [[nodiscard]] TensorView previous() const { return {prev.data(), prev_dtype, prev_shape, {}}; }
+  [[nodiscard]] bool has_previous() const { return needs_prev && has_prev; }
+};
+
+class SeriesStore {
+ public:
+  /// A store for `program`'s plan: which selectors a series joins is decided
+  /// when it is interned. Starts with the empty label set (id 0) and the
+  /// modes "train" (0) and "eval" (1).
+  explicit SeriesStore(Program program);
+
+  /// The id of a label set (sorted), interning it.
+  std::uint32_t intern_labels(const Labels& labels);
+  /// The id of series `key` (aliases resolved), interning it; nullopt if
+  /// the key is malformed.
+  std::optional<SeriesId> intern_series(std::string_view key);
+  /// The id of tensor series `key`, interning it (and the derived series of
+  /// every stat some rule reads); nullopt if the key is malformed.
+  std::optional<TensorId> intern_tensor(std::string_view key);
+  /// The id of a mode name, interning it.
+  std::uint16_t intern_mode(std::string_view mode);
+
+  /// The canonical key of series `id`.
+  [[nodiscard]] std::string key(SeriesId id) const {
+    return format_series_key(series[id].name, *labelsets[series[id].labels]);
+  }
+
+  // The store's contents, read by the executor, explain and engine_state.
+  std::vector<std::unique_ptr<Labels>> labelsets;  // id -> labels (stable addresses)
+  std::vector<std::string> modes{"train", "eval"};
+  std::vector<std::int64_t> last_step_by_mode{INT64_MIN, INT64_MIN};
+  std::vector<Series> series;
+  std::vector<TensorSeries> tensors;
+  std::vector<std::vector<SeriesId>> members;  // per plan selector, by label id
+  std::optional<SeriesId> epoch_series;        // `epoch`, the epoch clock
+
+ private:
+  SeriesId add_series(const std::string& key, std::string name, const Labels& labels);
+
+  /// Key -> id, looked up by string_view without building a string.
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view k) const { return std::hash<std::string_view>{}(k); }
+  };
+  using KeyMap = std::unordered_map<std::string, std::uint32_t, KeyHash, std::equal_to<>>;
+
+  Program program_;
+  const Plan* plan_;
+  std::unordered_map<std::string, std::uint32_t> labelset_ids_;
+  KeyMap series_ids_;
+  KeyMap tensor_ids_;
+};
+
+}  // namespace vigil::interp
