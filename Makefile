@@ -75,6 +75,10 @@ demo: build
 	  echo "==> $(TORCH_TRAINER) (the same faulty run without and with examples/torch_trainer/trainer.rules)"; \
 	  $(TORCH_TRAINER); \
 	else echo "demo: libtorch not found, skipping the torch trainer"; fi
+	@if [ -d $(BUILD)/python/vigil ]; then \
+	  echo "==> examples/python/faulty_run.py (the same faulty run in Python, vigil.torch.Monitor)"; \
+	  PYTHONPATH=$(BUILD)/python /usr/bin/python3 examples/python/faulty_run.py; \
+	else echo "demo: the Python package was not built, skipping the Python demo"; fi
 
 test-main: build
 	@echo "==> ctest $(BUILD)"

@@ -624,6 +624,19 @@ PYBIND11_MODULE(_vigil, m) {
       "The canonical series key: series_key('grad', {'layer': 'fc1.weight'}) == "
       "'grad{layer=\"fc1.weight\"}'.");
 
+  m.def("to_jsonl", [](const py::dict& obs) {
+        vigil::Observation o;
+        o.step = obs["step"].cast<std::int64_t>();
+        if (obs.contains("mode")) o.mode = obs["mode"].cast<std::string>();
+        if (obs.contains("time") && !obs["time"].is_none()) o.time = obs["time"].cast<double>();
+        if (obs.contains("values"))
+          for (auto item : obs["values"].cast<py::dict>())
+            o.values.emplace_back(item.first.cast<std::string>(), item.second.cast<double>());
+        return vigil::to_jsonl(o);
+      }, py::arg("observation"),
+      "One observation dict (step, mode, time, values; as a recorder receives it) as a Vigil "
+      "JSONL line, without the newline.");
+
   py::class_<ActionObj>(m, "Action", "One action of a firing: `reduce_lr(factor = 0.5)`.")
       .def_property_readonly("name", [](const ActionObj& a) { return a.action.name; })
       .def_property_readonly("args", &ActionObj::args, "The arguments, a dict name -> float/str/bool.")

@@ -22,6 +22,7 @@ from ._vigil import (  # noqa: F401
     compile,
     compile_file,
     series_key,
+    to_jsonl,
 )
 
 __all__ = [
@@ -35,5 +36,6 @@ __all__ = [
     "compile",
     "compile_file",
     "series_key",
+    "to_jsonl",
 ]
 __version__ = "0.1.0"
