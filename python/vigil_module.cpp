@@ -12,6 +12,8 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -636,6 +638,26 @@ PYBIND11_MODULE(_vigil, m) {
       }, py::arg("observation"),
       "One observation dict (step, mode, time, values; as a recorder receives it) as a Vigil "
       "JSONL line, without the newline.");
+
+  // For python/bench/bench_python.py: the C++ cost of the same observations
+  // (keys interned once, as a C++ host does), to set the binding's own cost
+  // per call apart from the engine's. Not part of the API.
+  m.def("_observe_loop", [](EngineObj& e, std::int64_t first_step, std::int64_t calls,
+                            const std::vector<std::map<std::string, double>>& pool) {
+        std::vector<std::vector<vigil::Sample>> samples;
+        for (const auto& values : pool) {
+          auto& s = samples.emplace_back();
+          for (const auto& [k, v] : values) s.push_back({*e.engine->series(k), v});
+        }
+        EngineObj::Busy b(e, "_observe_loop");
+        py::gil_scoped_release release;
+        const auto t0 = std::chrono::steady_clock::now();
+        std::size_t fired = 0;
+        for (std::int64_t i = 0; i < calls; ++i)
+          fired += e.engine->observe(first_step + i, samples[static_cast<std::size_t>(i) % samples.size()]).size();
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return std::make_pair(seconds, fired);
+      });
 
   py::class_<ActionObj>(m, "Action", "One action of a firing: `reduce_lr(factor = 0.5)`.")
       .def_property_readonly("name", [](const ActionObj& a) { return a.action.name; })
