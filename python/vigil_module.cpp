@@ -333,7 +333,6 @@ struct EngineObj {
   std::uint64_t generation = 0;  // observe() calls so far
   std::atomic<bool> busy{false};
   std::thread::id busy_thread;
-  bool in_callback = false;
   std::optional<py::error_already_set> callback_error;
   std::unique_ptr<vigil::JsonlWriter> writer;
   std::shared_ptr<PyRef> recorder;
@@ -342,21 +341,27 @@ struct EngineObj {
   std::vector<vigil::TensorSample> tensor_samples;
 
   // Guards against a second thread (the GIL is released during observe) and
-  // against re-entry from a callback, whose message says which it is.
+  // against re-entry from a callback, whose message says which it is. Both
+  // checks run under the GIL, so busy_thread is read after it was written.
   struct Busy {
     EngineObj& e;
     Busy(EngineObj& engine, const char* what) : e(engine) {
-      if (e.in_callback)
-        throw vigil::Error(fmt::format("{}() called from an action callback", what));
-      if (e.busy.exchange(true))
-        throw vigil::Error(fmt::format("{}(): the engine is in use by another thread (an Engine "
-                                       "is single-threaded; use one per thread)", what));
+      e.check_idle(what);
+      e.busy = true;
+      e.busy_thread = std::this_thread::get_id();
     }
     ~Busy() { e.busy = false; }
   };
+  void check_idle(const char* what) const {
+    if (!busy) return;
+    if (busy_thread == std::this_thread::get_id())
+      throw vigil::Error(fmt::format("{}() called from an action callback", what));
+    throw vigil::Error(fmt::format("{}(): the engine is in use by another thread (an Engine "
+                                   "is single-threaded; use one per thread)", what));
+  }
 
   void on(const std::string& action, py::object fn) {
-    if (in_callback) throw vigil::Error("on() called from an action callback");
+    check_idle("on");
     if (fn.is_none()) {
       engine->on(action, {});
       return;
@@ -368,7 +373,6 @@ struct EngineObj {
       // After one callback raised, the rest of this observation's callbacks are
       // skipped; the engine itself still completes the observation.
       if (callback_error) return;
-      in_callback = true;
       try {
         ref->fn(copy_firing(f, this, generation), ActionObj{a});
       } catch (py::error_already_set& e) {
@@ -377,7 +381,6 @@ struct EngineObj {
         PyErr_SetString(PyExc_RuntimeError, e.what());
         callback_error.emplace();
       }
-      in_callback = false;
     });
   }
 
@@ -475,6 +478,7 @@ struct EngineObj {
   }
 
   std::string explain(const FiringObj& f) {
+    if (busy && busy_thread != std::this_thread::get_id()) check_idle("explain");
     if (f.engine != this) throw vigil::Error("explain: the firing comes from another engine");
     if (f.generation != generation || !f.source)
       throw vigil::Error(fmt::format("explain: the firing of '{}' at step {} is from an earlier "

@@ -425,3 +425,28 @@ def test_series_key_and_tensor_used():
     assert vigil.series_key("loss") == "loss"
     eng = vigil.Engine(vigil.compile("rule g: when grad_norm > 1 do log"), unbound="record")
     assert eng.tensor_used('grad{layer="x"}') and not eng.tensor_used('weight{layer="x"}')
+
+
+def test_a_second_thread_on_a_busy_engine_gets_an_error_not_a_crash():
+    import threading
+    eng = vigil.Engine(vigil.compile("rule big: when loss > 1 do log"))
+    inside, release = threading.Event(), threading.Event()
+
+    def cb(f, a):
+        inside.set()
+        release.wait()
+
+    eng.on("log", cb)
+    worker = threading.Thread(target=lambda: eng.observe(1, {"loss": 2.0}))
+    worker.start()
+    assert inside.wait(60)  # the worker is inside observe (its callback)
+    try:
+        with pytest.raises(vigil.Error, match="in use by another thread"):
+            eng.observe(2, {"loss": 0.0})
+        with pytest.raises(vigil.Error, match="in use by another thread"):
+            eng.save_state()
+    finally:
+        release.set()
+        worker.join()
+    assert eng.stats.observations == 1
+    assert eng.observe(2, {"loss": 0.0}) == []
