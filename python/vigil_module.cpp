@@ -245,7 +245,7 @@ bool g_noted_device_copy = false;
 
 // Fills `h` from `obj` without copying its data (a tensor on another device
 // is copied to the CPU, with a one-time warning).
-void hold_tensor(HeldTensor& h, py::handle obj) {
+void hold_tensor(HeldTensor& h, py::handle obj, bool copied = false) {
   if (PyObject_CheckBuffer(obj.ptr())) {
     py::buffer b = py::reinterpret_borrow<py::buffer>(obj);
     h.buffer = std::make_unique<py::buffer_info>(b.request());
@@ -268,14 +268,19 @@ void hold_tensor(HeldTensor& h, py::handle obj) {
     if (py::hasattr(t, "__dlpack_device__")) {
       py::tuple dev = t.attr("__dlpack_device__")();
       if (dev[0].cast<int>() != kDLCPU) {
-        if (!py::hasattr(t, "cpu")) tensor_error(h.key, "tensor is not on the CPU");
+        if (copied || !py::hasattr(t, "cpu")) tensor_error(h.key, "tensor is not on the CPU");
         if (!g_noted_device_copy) {
           g_noted_device_copy = true;
-          PyErr_WarnEx(PyExc_RuntimeWarning,
-                       "vigil: tensors on an accelerator are copied to the CPU to compute their "
-                       "stats (noted once)", 1);
+          if (PyErr_WarnEx(PyExc_RuntimeWarning,
+                           "vigil: tensors on an accelerator are copied to the CPU to compute "
+                           "their stats (noted once)", 1) != 0)
+            throw py::error_already_set();
         }
-        t = t.attr("cpu")();
+        // The copy is read like any CPU tensor (DLPack or buffer) and kept
+        // alive by the capsule or buffer that `h` holds.
+        py::object copy = t.attr("cpu")();
+        hold_tensor(h, copy, /*copied=*/true);
+        return;
       }
     }
     py::object cap = t.attr("__dlpack__")();

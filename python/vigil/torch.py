@@ -168,6 +168,8 @@ class Monitor:
 
     rules: a rule file path (or list of paths), or a compiled vigil.Program.
     engine: an existing vigil.Engine to use instead (rules/params ignored).
+    unbound: "error" (a host action a rule file declares must be bound with
+        on() before the first step) or "record" (its firings are only listed).
     checkpoint_dir: where `ckpt-<step>.pt` files go; None disables
         checkpoint / rollback / pause_and_snapshot (they report an error).
     keep_last: checkpoints kept: the newest keep_last, plus last good and best.
@@ -192,6 +194,7 @@ class Monitor:
                  rules: Union[str, os.PathLike, List[Any], Any, None] = None, *,
                  engine: Optional[_vigil.Engine] = None,
                  params: Optional[Dict[str, Any]] = None,
+                 unbound: str = "error",
                  checkpoint_dir: Union[str, os.PathLike, None] = None,
                  keep_last: int = 5,
                  checkpoint_every: int = 0,
@@ -212,7 +215,7 @@ class Monitor:
                 program = rules
             else:
                 program = _vigil.compile_file(rules)
-            engine = _vigil.Engine(program, params=params)
+            engine = _vigil.Engine(program, unbound, params=params)
         self.engine = engine
         self.model = model
         self.optimizer = optimizer

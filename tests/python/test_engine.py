@@ -450,3 +450,45 @@ def test_a_second_thread_on_a_busy_engine_gets_an_error_not_a_crash():
         worker.join()
     assert eng.stats.observations == 1
     assert eng.observe(2, {"loss": 0.0}) == []
+
+
+def test_aliases_rename_trace_series():
+    prog = vigil.compile("rule x: when loss > 1 do log", aliases={"train/loss": "loss"})
+    eng = vigil.Engine(prog, unbound="record")
+    assert [f.rule for f in eng.observe(1, {"train/loss": 2.0})] == ["x"]
+
+
+class _OnDevice:
+    """A DLPack producer whose memory is on an accelerator (device type 2)."""
+
+    def __init__(self, cpu_copy):
+        self.cpu_copy = cpu_copy
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("device memory must not be read in place")
+
+    def cpu(self):
+        return self.cpu_copy
+
+
+def test_a_tensor_on_an_accelerator_is_copied_with_a_one_time_note():
+    eng = _max_rule()
+    with pytest.warns(RuntimeWarning, match="copied to the CPU"):
+        fired = eng.observe(1, tensors={"x": _OnDevice(torch.tensor([1.0, 8.0]))})
+    assert [f.value for f in fired] == [8.0]
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        eng.observe(2, tensors={"x": _OnDevice(torch.tensor([1.0]))})  # noted once only
+
+    class NoCpu:
+        __dlpack_device__ = _OnDevice.__dlpack_device__
+        __dlpack__ = _OnDevice.__dlpack__
+
+    with pytest.raises(TypeError, match="tensor 'x': tensor is not on the CPU"):
+        eng.observe(3, tensors={"x": NoCpu()})
+    with pytest.raises(TypeError, match="tensor 'x': expected a torch.Tensor or numpy array"):
+        eng.observe(4, tensors={"x": _OnDevice(None)})  # cpu() gave nothing readable
