@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vigil import series_key
 from vigil.torch import Monitor, learning_rate, set_learning_rate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -189,9 +190,8 @@ def main(argv=None) -> int:
         guarded = train(Config(rules=args.rules, work_dir=work, steps=args.steps))
     print(describe("with " + os.path.relpath(args.rules), guarded))
     for rule, step, labels, value in guarded.firings:
-        where = "".join(f"{{{k}={v}}}" for k, v in labels.items())
-        print(f"  step {step}: {rule}{where} (value {value:.4g})" if value is not None
-              else f"  step {step}: {rule}{where}")
+        key = series_key(rule, labels)
+        print(f"  step {step}: {key} (value {value:.4g})" if value is not None else f"  step {step}: {key}")
     ruined = not math.isfinite(baseline.final_loss)
     recovered = math.isfinite(guarded.final_loss) and guarded.final_accuracy > 0.9
     print(f"python demo: {'PASS' if ruined and recovered else 'FAIL'} "
