@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -342,6 +343,15 @@ struct EngineObj {
   std::unique_ptr<vigil::JsonlWriter> writer;
   std::shared_ptr<PyRef> recorder;
 
+  // Series ids by key object: a training loop hands over the same str
+  // objects every step (its literals), so a pointer lookup replaces hashing
+  // the key's text. Each cached key is kept alive, so a pointer can never
+  // name another string; the cache stops growing at a bound (keys built
+  // anew each step then take the text path).
+  std::unordered_map<PyObject*, vigil::SeriesId> key_ids;
+  std::vector<py::object> key_refs;
+  static constexpr std::size_t max_cached_keys = 4096;
+
   std::vector<vigil::Sample> samples;  // scratch, reused
   std::vector<vigil::TensorSample> tensor_samples;
 
@@ -410,16 +420,20 @@ struct EngineObj {
       PyObject *k = nullptr, *v = nullptr;
       Py_ssize_t pos = 0;
       while (PyDict_Next(values.ptr(), &pos, &k, &v)) {
+        double x = 0;
+        const bool exact_float = PyFloat_CheckExact(v);
+        if (exact_float) x = PyFloat_AS_DOUBLE(v);
+        if (auto hit = key_ids.find(k); hit != key_ids.end() && exact_float) {
+          samples.push_back({hit->second, x});
+          continue;
+        }
         if (!PyUnicode_Check(k))
           throw py::type_error(fmt::format("observe: series keys must be str, not {}", type_name(k)));
         Py_ssize_t n = 0;
         const char* s = PyUnicode_AsUTF8AndSize(k, &n);
         if (!s) throw py::error_already_set();
         const std::string_view key(s, static_cast<std::size_t>(n));
-        double x = 0;
-        if (PyFloat_CheckExact(v)) {
-          x = PyFloat_AS_DOUBLE(v);
-        } else {
+        if (!exact_float) {
           x = PyFloat_AsDouble(v);
           if (x == -1.0 && PyErr_Occurred()) {
             PyErr_Clear();
@@ -431,6 +445,8 @@ struct EngineObj {
         if (!id)
           throw py::value_error(fmt::format("observe: malformed series key '{}' (expected name or "
                                             "name{{label=\"value\",...}})", key));
+        if (key_ids.size() < max_cached_keys && key_ids.emplace(k, *id).second)
+          key_refs.push_back(py::reinterpret_borrow<py::object>(k));
         samples.push_back({*id, x});
       }
     }
