@@ -35,7 +35,7 @@ def bench_observe(calls: int):
     rng = random.Random(1)
     pool = [{f"s{i}": rng.random() for i in range(100)} for _ in range(64)]
     results = {}
-    for rep in range(3):
+    for rep in range(5):
         py_eng = vigil.Engine(prog, unbound="record")
         cpp_eng = vigil.Engine(prog, unbound="record")
         for step in range(200):  # warm-up: windows full, keys interned
@@ -52,7 +52,7 @@ def bench_observe(calls: int):
         results.setdefault("py", []).append(py_s / calls * 1e6)
         results.setdefault("cpp", []).append(cpp_s / calls * 1e6)
     py_us, cpp_us = min(results["py"]), min(results["cpp"])
-    print(f"observe, 100 scalars, 100 rules ({calls} calls, best of 3):")
+    print(f"observe, 100 scalars, 100 rules ({calls} calls, best of 5):")
     print(f"  Python Engine.observe(dict) : {py_us:7.2f} us/call")
     print(f"  C++ Engine::observe(span)   : {cpp_us:7.2f} us/call")
     print(f"  binding's own cost          : {py_us - cpp_us:7.2f} us/call "
@@ -85,6 +85,7 @@ def bench_monitor(rounds: int, block: int, batch: int):
                       checkpoint_dir=work)
         watched = len(mon._grads) + len(mon._weights)
         times = {"without": [], "with": []}
+        inside = []  # seconds spent in the Monitor's calls, per monitored step
         step = 0
         for r in range(rounds + 1):  # round 0 warms up
             for kind in ("without", "with") if r % 2 else ("with", "without"):
@@ -95,17 +96,25 @@ def bench_monitor(rounds: int, block: int, batch: int):
                     loss = loss_fn(model(x), y)
                     loss.backward()
                     skip = False
+                    spent = 0.0
                     if kind == "with":
-                        d = mon.after_backward(step, loss.item())
+                        value = loss.item()
+                        t1 = time.perf_counter()
+                        d = mon.after_backward(step, value)
+                        spent += time.perf_counter() - t1
                         skip = d.skip_step
                     else:
                         loss.item()  # the same host sync as the monitored loop
                     if not skip:
                         optimizer.step()
                     if kind == "with":
+                        t1 = time.perf_counter()
                         mon.after_step(step)
+                        spent += time.perf_counter() - t1
                     if r:
                         times[kind].append(time.perf_counter() - t0)
+                        if kind == "with":
+                            inside.append(spent)
     without = statistics.median(times["without"])
     with_ = statistics.median(times["with"])
     print(f"Monitor overhead, MLP with {params / 1e6:.2f}M parameters, batch {batch}, Adam, "
@@ -113,13 +122,17 @@ def bench_monitor(rounds: int, block: int, batch: int):
           f"torch thread(s), {rounds} alternating blocks of {block} steps:")
     print(f"  without Monitor: {without * 1e3:8.2f} ms/step (median)")
     print(f"  with Monitor   : {with_ * 1e3:8.2f} ms/step (median)")
-    print(f"  overhead       : {(with_ - without) * 1e3:8.2f} ms/step = {(with_ / without - 1) * 100:+.2f}%")
+    print(f"  overhead       : {(with_ - without) * 1e3:8.2f} ms/step = {(with_ / without - 1) * 100:+.2f}% "
+          f"(difference of medians; noisy on a loaded machine)")
+    spent = statistics.median(inside)
+    print(f"  time inside after_backward + after_step: {spent * 1e3:.3f} ms/step (median) = "
+          f"{spent / without * 100:.2f}% of a step without the Monitor")
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20000)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--block", type=int, default=10)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)

@@ -492,3 +492,14 @@ def test_a_tensor_on_an_accelerator_is_copied_with_a_one_time_note():
         eng.observe(3, tensors={"x": NoCpu()})
     with pytest.raises(TypeError, match="tensor 'x': expected a torch.Tensor or numpy array"):
         eng.observe(4, tensors={"x": _OnDevice(None)})  # cpu() gave nothing readable
+
+
+def test_keys_built_anew_each_step_and_many_distinct_keys():
+    eng = vigil.Engine(vigil.compile("rule x: when s0 > 1 do log"), unbound="record")
+    for step in range(1, 7):  # 6000 distinct keys: past the key cache's bound
+        values = {f"k{step}_{i}": 1.0 for i in range(1000)}
+        values["s" + str(0)] = 0.5
+        assert eng.observe(step, values) == []
+    assert [f.rule for f in eng.observe(7, {"s0": 2})] == ["x"]
+    assert eng.observe(8, {"s0": 0.5}) == []
+    assert [f.rule for f in eng.observe(9, {"".join(["s", "0"]): 3.0})] == ["x"]
