@@ -12,6 +12,7 @@
 """
 
 import argparse
+import logging
 import os
 import random
 import statistics
@@ -138,6 +139,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    logging.getLogger("vigil").setLevel(logging.ERROR)  # the rules do fire on this run: keep the output to the numbers
     bench_observe(args.calls)
     bench_monitor(args.rounds, args.block, args.batch)
 
