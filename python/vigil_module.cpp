@@ -352,6 +352,8 @@ struct EngineObj {
   std::vector<py::object> key_refs;
   static constexpr std::size_t max_cached_keys = 4096;
 
+  bool gil_held_in_last_evaluation = false;  // for the test that the GIL is released
+
   std::vector<vigil::Sample> samples;  // scratch, reused
   std::vector<vigil::TensorSample> tensor_samples;
 
@@ -484,6 +486,7 @@ struct EngineObj {
     std::span<const vigil::Firing> fired;
     {
       py::gil_scoped_release release;
+      gil_held_in_last_evaluation = PyGILState_Check() != 0;
       fired = tensor_samples.empty() ? engine->observe(step, samples, options)
                                      : engine->observe(step, samples, tensor_samples, options);
     }
@@ -776,6 +779,8 @@ PYBIND11_MODULE(_vigil, m) {
              if (!id) throw py::value_error(fmt::format("malformed tensor series key '{}'", key));
              return e.engine->tensor_stats_used(*id) != 0;
            }, py::arg("key"), "Whether some rule reads a stat of this tensor series.")
+      .def_property_readonly("_gil_held_in_last_evaluation",
+                             [](const EngineObj& e) { return e.gil_held_in_last_evaluation; })
       .def("record", &EngineObj::record, py::arg("target"), py::kw_only(), py::arg("append") = false,
            "Records every observation: to a Vigil JSONL file (a path), to a callable(dict), "
            "or stops (None).");

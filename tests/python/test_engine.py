@@ -503,3 +503,12 @@ def test_keys_built_anew_each_step_and_many_distinct_keys():
     assert [f.rule for f in eng.observe(7, {"s0": 2})] == ["x"]
     assert eng.observe(8, {"s0": 0.5}) == []
     assert [f.rule for f in eng.observe(9, {"".join(["s", "0"]): 3.0})] == ["x"]
+
+
+def test_the_gil_is_released_while_the_engine_evaluates():
+    eng = _max_rule()
+    held = []
+    eng.on("log", lambda f, a: held.append(True))
+    eng.observe(1, tensors={"x": np.array([9.0])})
+    assert held == [True]  # the callback ran, with the GIL taken back
+    assert eng._gil_held_in_last_evaluation is False
