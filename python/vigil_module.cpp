@@ -734,8 +734,37 @@ PYBIND11_MODULE(_vigil, m) {
       });
 
   py::class_<EngineObj>(m, "Engine", "Evaluates a Program over observations; one per thread.")
-      .def(py::init([](const ProgramObj& program, const std::string& unbound, py::object params) {
+      .def(py::init([](const ProgramObj& program, const std::string& unbound, py::object params,
+                       py::object allgather) {
              vigil::EngineOptions o;
+             if (!allgather.is_none()) {
+               if (!PyCallable_Check(allgather.ptr()))
+                 throw py::type_error("allgather must be callable: allgather(local) -> all");
+               // Called by the engine without the GIL; a failure (an exception,
+               // a result of the wrong length) makes the engine use this
+               // process's own stats and count stats().gather_failures.
+               auto ref = std::make_shared<PyRef>(std::move(allgather));
+               o.allgather = [ref](std::span<const double> local, std::vector<double>& all) {
+                 py::gil_scoped_acquire gil;
+                 try {
+                   py::list in;
+                   for (double x : local) in.append(x);
+                   py::object out = ref->fn(in);
+                   all.clear();
+                   for (auto item : out) all.push_back(item.cast<double>());
+                   if (local.empty()) return all.empty();
+                   return !all.empty() && all.size() % local.size() == 0;
+                 } catch (py::error_already_set& e) {
+                   const std::string what = e.what();
+                   PyErr_WarnEx(PyExc_RuntimeWarning,
+                                ("vigil: allgather failed, using this process's stats: " + what).c_str(), 1);
+                   PyErr_Clear();
+                   return false;
+                 } catch (const std::exception&) {
+                   return false;
+                 }
+               };
+             }
              if (unbound == "error") o.unbound = vigil::UnboundActions::error;
              else if (unbound == "record") o.unbound = vigil::UnboundActions::record;
              else throw py::value_error(fmt::format("unbound must be \"error\" or \"record\", not \"{}\"", unbound));
@@ -744,7 +773,8 @@ PYBIND11_MODULE(_vigil, m) {
              e->engine = std::make_unique<vigil::Engine>(program.program, std::move(o));
              return e;
            }),
-           py::arg("program"), py::arg("unbound") = "error", py::kw_only(), py::arg("params") = py::none())
+           py::arg("program"), py::arg("unbound") = "error", py::kw_only(), py::arg("params") = py::none(),
+           py::arg("allgather") = py::none())
       .def("on", &EngineObj::on, py::arg("action"), py::arg("callback"),
            "Binds callback(firing, action) to an action name (None unbinds).")
       .def("observe", &EngineObj::observe, py::arg("step"), py::arg("values") = py::none(),

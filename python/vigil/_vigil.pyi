@@ -72,7 +72,8 @@ class Stats:
 
 class Engine:
     def __init__(self, program: Program, unbound: str = "error", *,
-                 params: Optional[Mapping[str, _Value]] = None) -> None: ...
+                 params: Optional[Mapping[str, _Value]] = None,
+                 allgather: Optional[Callable[[List[float]], Sequence[float]]] = None) -> None: ...
     def on(self, action: str, callback: Optional[Callable[[Firing, Action], Any]]) -> None: ...
     def observe(self, step: int, values: Optional[Dict[str, float]] = None, *, mode: str = "train",
                 time: Optional[float] = None,

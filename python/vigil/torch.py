@@ -46,7 +46,8 @@ import torch
 
 from . import _vigil
 
-__all__ = ["Monitor", "Decision", "CheckpointInfo", "reduce_lr", "learning_rate", "set_learning_rate"]
+__all__ = ["Monitor", "Decision", "CheckpointInfo", "reduce_lr", "learning_rate", "set_learning_rate",
+           "allgather", "mean_across"]
 
 STANDARD_ACTIONS = ("log", "alert", "checkpoint", "reduce_lr", "rollback", "skip_step", "stop",
                     "pause_and_snapshot")
@@ -77,6 +78,35 @@ def reduce_lr(optimizer: torch.optim.Optimizer, factor: float, min_lr: float = 0
             continue
         group["lr"] = max(lr * factor, min_lr)
     return learning_rate(optimizer)
+
+
+def allgather(group=None):
+    """An Engine `allgather` over a torch.distributed process group (the
+    default group if None): every process hands over its buffer of tensor
+    stats and receives all of them, in rank order, so the engine combines them
+    into the stats of the whole tensors and every process decides alike (SPEC
+    §4). Every process must observe the same tensor series in the same order.
+
+        mon = Monitor(model, opt, rules="train.rules",
+                      allgather=vigil.torch.allgather(), reduce_loss=vigil.torch.mean_across)
+    """
+    import torch.distributed as dist
+
+    def gather(local):
+        t = torch.tensor(local, dtype=torch.float64)
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, t, group=group)
+        return torch.cat(parts).tolist()
+    return gather
+
+
+def mean_across(x: float, group=None) -> float:
+    """The mean of `x` over the processes of a torch.distributed group (for
+    Monitor's reduce_loss: every process then observes the same loss)."""
+    import torch.distributed as dist
+    t = torch.tensor([float(x)], dtype=torch.float64)
+    dist.all_reduce(t, group=group)
+    return t.item() / dist.get_world_size(group)
 
 
 @dataclasses.dataclass
@@ -168,6 +198,8 @@ class Monitor:
 
     rules: a rule file path (or list of paths), or a compiled vigil.Program.
     engine: an existing vigil.Engine to use instead (rules/params ignored).
+    allgather: multi-process jobs: vigil.torch.allgather(group), so that every
+        process evaluates the stats of the whole tensors (see allgather()).
     unbound: "error" (a host action a rule file declares must be bound with
         on() before the first step) or "record" (its firings are only listed).
     checkpoint_dir: where `ckpt-<step>.pt` files go; None disables
@@ -195,6 +227,7 @@ class Monitor:
                  engine: Optional[_vigil.Engine] = None,
                  params: Optional[Dict[str, Any]] = None,
                  unbound: str = "error",
+                 allgather: Optional[Callable] = None,
                  checkpoint_dir: Union[str, os.PathLike, None] = None,
                  keep_last: int = 5,
                  checkpoint_every: int = 0,
@@ -215,7 +248,7 @@ class Monitor:
                 program = rules
             else:
                 program = _vigil.compile_file(rules)
-            engine = _vigil.Engine(program, unbound, params=params)
+            engine = _vigil.Engine(program, unbound, params=params, allgather=allgather)
         self.engine = engine
         self.model = model
         self.optimizer = optimizer
@@ -302,11 +335,12 @@ class Monitor:
         self._scalars[key] = value
         self._latest[key] = value
 
-    def record(self, target) -> None:
+    def record(self, target, *, append: bool = False) -> None:
         """Records every observation the engine evaluates: to a Vigil JSONL
-        file (a path; `rulecheck run` replays it to the same firings), to a
-        callable(dict), or stops (None)."""
+        file (a path; `rulecheck run` replays it to the same firings; `append`
+        continues one, e.g. after resume()), to a callable(dict), or stops (None)."""
         self._user_recorder = target
+        self._record_append = append
         self._install_recorder()
 
     # -- the loop ----------------------------------------------------------
@@ -497,8 +531,12 @@ class Monitor:
 
     def _install_recorder(self) -> None:
         target = self._user_recorder
+        append = getattr(self, "_record_append", False)
         if not self._uses_pause:
-            self.engine.record(target)
+            if target is None or callable(target):
+                self.engine.record(target)
+            else:
+                self.engine.record(target, append=append)
             return
         forward = None
         if callable(target):
@@ -506,7 +544,7 @@ class Monitor:
         elif target is not None:
             # The engine's recorder slot keeps the pause window; the file is
             # written here, in the engine's own JSONL form.
-            f = open(os.fspath(target), "w", encoding="utf-8")
+            f = open(os.fspath(target), "a" if append else "w", encoding="utf-8")
 
             def forward(obs, f=f):
                 f.write(_vigil.to_jsonl(obs) + "\n")

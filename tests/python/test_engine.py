@@ -512,3 +512,21 @@ def test_the_gil_is_released_while_the_engine_evaluates():
     eng.observe(1, tensors={"x": np.array([9.0])})
     assert held == [True]  # the callback ran, with the GIL taken back
     assert eng._gil_held_in_last_evaluation is False
+
+
+def test_a_failing_allgather_falls_back_to_this_process_stats():
+    def gone(local):
+        raise ConnectionError("peer gone")
+
+    eng = vigil.Engine(vigil.compile("rule m: when x_max > 5 do log"), unbound="record", allgather=gone)
+    with pytest.warns(RuntimeWarning, match="peer gone"):
+        fired = eng.observe(1, tensors={"x": np.array([7.0])})
+    assert [f.value for f in fired] == [7.0]
+    assert eng.stats.gather_failures == 1
+    # A gather that returns a buffer of the wrong length fails the same way.
+    short = vigil.Engine(vigil.compile("rule m: when x_max > 5 do log"), unbound="record",
+                         allgather=lambda local: list(local)[:-1])
+    assert [f.value for f in short.observe(1, tensors={"x": np.array([7.0])})] == [7.0]
+    assert short.stats.gather_failures == 1
+    with pytest.raises(TypeError, match="allgather must be callable"):
+        vigil.Engine(vigil.compile("rule m: when x_max > 5 do log"), allgather=3)

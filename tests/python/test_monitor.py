@@ -330,3 +330,41 @@ def test_kill_9_during_checkpoint_leaves_the_previous_one_usable(tmp_path, where
     for a, b in zip(model.parameters(), reference.parameters()):
         assert torch.equal(a, b)
     assert [c.step for c in mon.checkpoints] == [1, 2]
+
+
+DIST_CHILD = textwrap.dedent("""
+    import json, sys, torch, torch.distributed as dist
+    import vigil, vigil.torch as vt
+    rank = int(sys.argv[1])
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=rank, world_size=2)
+    full = torch.arange(1.0, 9.0).reshape(4, 2)
+    shard = full[2 * rank:2 * rank + 2]          # each process holds half of the tensor
+    prog = vigil.compile("rule g: when grad_norm > 0 do log\\nrule m: when grad_max > 7.5 do log\\n"
+                         "rule l: when loss > 0.25 do log")
+    out = {}
+    for mode in ("alone", "gathered"):
+        eng = vigil.Engine(prog, unbound="record", allgather=vt.allgather() if mode == "gathered" else None)
+        loss = vt.mean_across(float(rank)) if mode == "gathered" else float(rank)
+        fired = eng.observe(1, {"loss": loss}, tensors={'grad{layer="w"}': shard})
+        out[mode] = sorted([f.rule, round(f.value, 9)] for f in fired)
+    print(json.dumps(out))
+    dist.destroy_process_group()
+""")
+
+
+def test_multi_process_stats_are_combined_so_every_process_decides_alike(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(DIST_CHILD)
+    store = tmp_path / "store"
+    ranks = [subprocess.Popen([sys.executable, str(script), str(r), str(store)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    outs = []
+    for p in ranks:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    whole = round(math.sqrt(sum(x * x for x in range(1, 9))), 9)
+    for out in outs:
+        assert out["gathered"] == [["g", whole], ["l", 0.5], ["m", 8.0]]
+    assert outs[0]["alone"] == [["g", round(math.sqrt(1 + 4 + 9 + 16), 9)]]
+    assert outs[1]["alone"] == [["g", round(math.sqrt(25 + 36 + 49 + 64), 9)], ["l", 1.0], ["m", 8.0]]
