@@ -54,6 +54,12 @@ def _number(v) -> Optional[float]:
         return None
 
 
+def _is_eval_key(key: str) -> bool:
+    """Lightning's callback_metrics hold train and validation metrics alike;
+    by convention the validation ones are named val_* / eval_* (or val/...)."""
+    return key.startswith(("val", "eval"))
+
+
 class _Rules:
     """What both callbacks share: an engine, queued actions, series from tensors."""
 
@@ -261,8 +267,9 @@ class LightningCallback(_Rules, _lightning_base()):
       on_before_optimizer_step: grad/weight tensor series (only those rules
         read), at global_step + 1;
       on_train_batch_end: `loss` (from outputs), `lr` (first optimizer's first
-        group) and the numeric trainer.callback_metrics not starting with `val`;
-      on_validation_end: the numeric trainer.callback_metrics, mode "eval".
+        group) and the numeric trainer.callback_metrics not named val*/eval*;
+      on_validation_end: the numeric trainer.callback_metrics named val*/eval*,
+        mode "eval".
     The rules' state is the callback's state_dict, saved in Lightning's checkpoints.
     """
 
@@ -286,7 +293,7 @@ class LightningCallback(_Rules, _lightning_base()):
         if trainer.optimizers and trainer.optimizers[0].param_groups:
             values["lr"] = float(trainer.optimizers[0].param_groups[0]["lr"])
         for k, v in getattr(trainer, "callback_metrics", {}).items():
-            if k.startswith("val") or k in values:
+            if _is_eval_key(k) or k in values:
                 continue
             x = _number(v)
             if x is not None:
@@ -298,7 +305,7 @@ class LightningCallback(_Rules, _lightning_base()):
             return
         values = {}
         for k, v in getattr(trainer, "callback_metrics", {}).items():
-            x = _number(v)
+            x = _number(v) if _is_eval_key(k) else None
             if x is not None:
                 values[k] = x
         if values:

@@ -183,6 +183,19 @@ def test_lightning_skip_stop_checkpoint_and_reduce_lr(tmp_path):
     rules = [(f.rule, f.step, f.mode) for f in cb.firings]
     assert ("overfit", 10, "eval") in rules and ("high_loss", 3, "train") in rules
     assert cb.state_dict()["vigil_engine"]
+    # train_loss was observed at train time only, eval_loss at validation only.
+    assert cb.firings[-1].mode == "eval"
+
+
+def test_lightning_observes_train_and_validation_metrics_apart(tmp_path):
+    cb = LightningCallback(engine=None, rules=_rules(tmp_path, "rule x: when loss > 1e30 do log\n"))
+    seen = []
+    cb.engine.record(seen.append)
+    run_lightning(cb, steps=5, val_losses=[0.7])
+    train = [o for o in seen if o["mode"] == "train"]
+    evals = [o for o in seen if o["mode"] == "eval"]
+    assert all(set(o["values"]) >= {"loss", "lr", "train_loss"} and "eval_loss" not in o["values"] for o in train)
+    assert [(o["step"], o["values"]) for o in evals] == [(5, {"eval_loss": pytest.approx(0.7)})]
 
 
 def test_lightning_checkpoint_without_dir_is_an_error_not_a_crash(tmp_path):
