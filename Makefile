@@ -24,7 +24,8 @@ ASAN_BUILD_TYPE ?= Debug
 PACKAGES := build-essential cmake ninja-build ccache pkg-config tao-pegtl-dev libeigen3-dev \
             libfmt-dev libgtest-dev libgmock-dev librapidcheck-dev libre2-dev libcli11-dev \
             nlohmann-json3-dev libbenchmark-dev clang libclang-rt-14-dev \
-            libprotobuf-dev protobuf-compiler libtorch-dev libgloo-dev libopenblas0-openmp
+            libprotobuf-dev protobuf-compiler libtorch-dev libgloo-dev libopenblas0-openmp \
+            pybind11-dev python3-dev python3-torch python3-numpy python3-pytest
 
 RULECHECK := $(BUILD)/tools/rulecheck/rulecheck
 TORCH_TRAINER := $(BUILD)/examples/torch_trainer/torch_trainer
@@ -32,11 +33,12 @@ DEMO_RULES := examples/demo.rules
 DEMO_TRACE := examples/traces/demo.jsonl
 
 # configure(DIR, BUILD_TYPE, EXTRA_ARGS): Ninja tree with g++ and ccache when present.
+# The Python package is built for Debian's /usr/bin/python3 (the one with python3-torch).
 # The compiler is pinned only on the first configure (changing it later would wipe the cache).
 define configure
 	@launcher=""; if command -v ccache >/dev/null; then launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"; fi; \
 	compiler=""; if [ ! -f $(1)/CMakeCache.txt ]; then compiler="-DCMAKE_CXX_COMPILER=g++"; fi; \
-	cmake -S . -B $(1) -G Ninja -DCMAKE_BUILD_TYPE=$(2) $$launcher $$compiler $(3) >/dev/null
+	cmake -S . -B $(1) -G Ninja -DCMAKE_BUILD_TYPE=$(2) -DPython_EXECUTABLE=/usr/bin/python3 $$launcher $$compiler $(3) >/dev/null
 endef
 
 .PHONY: all deps build build-demo demo test test-main test-asan bench clean
@@ -83,6 +85,10 @@ demo: build-demo
 	  echo "==> $(TORCH_TRAINER) (the same faulty run without and with examples/torch_trainer/trainer.rules)"; \
 	  $(TORCH_TRAINER); \
 	else echo "demo: libtorch not found, skipping the torch trainer"; fi
+	@if [ -d $(BUILD)/python/vigil ]; then \
+	  echo "==> examples/python/faulty_run.py (the same faulty run in Python, vigil.torch.Monitor)"; \
+	  PYTHONPATH=$(BUILD)/python /usr/bin/python3 examples/python/faulty_run.py; \
+	else echo "demo: the Python package was not built, skipping the Python demo"; fi
 
 test-main: build
 	@echo "==> ctest $(BUILD)"
