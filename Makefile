@@ -67,9 +67,10 @@ build: deps
 # found (configure then adds its folder). Tests and benchmarks wait for `make test`.
 build-demo: deps
 	@echo "==> configuring $(BUILD) ($(BUILD_TYPE))"
-	$(call configure,$(BUILD),$(BUILD_TYPE),)
+	$(call configure,$(BUILD),$(BUILD_TYPE),-DVIGIL_REQUIRE_TORCH=ON)
 	@echo "==> building the demo's targets in $(BUILD)"
 	@targets=rulecheck; if [ -d $(BUILD)/examples/torch_trainer ]; then targets="$$targets torch_trainer"; fi; \
+	if [ -d $(BUILD)/python ]; then targets="$$targets vigil_python"; fi; \
 	cmake --build $(BUILD) -j $(JOBS) --target $$targets
 
 # rulecheck exits 1 when rules fired: that is the point of the demo, not a failure.
@@ -85,7 +86,7 @@ demo: build-demo
 	  echo "==> $(TORCH_TRAINER) (the same faulty run without and with examples/torch_trainer/trainer.rules)"; \
 	  $(TORCH_TRAINER); \
 	else echo "demo: libtorch not found, skipping the torch trainer"; fi
-	@if [ -d $(BUILD)/python/vigil ]; then \
+	@if [ -f $(BUILD)/python/vigil/__init__.py ]; then \
 	  echo "==> examples/python/faulty_run.py (the same faulty run in Python, vigil.torch.Monitor)"; \
 	  PYTHONPATH=$(BUILD)/python /usr/bin/python3 examples/python/faulty_run.py; \
 	else echo "demo: the Python package was not built, skipping the Python demo"; fi
