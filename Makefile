@@ -23,7 +23,8 @@ ASAN_BUILD_TYPE ?= Debug
 PACKAGES := build-essential cmake ninja-build ccache pkg-config tao-pegtl-dev libeigen3-dev \
             libfmt-dev libgtest-dev libgmock-dev librapidcheck-dev libre2-dev libcli11-dev \
             nlohmann-json3-dev libbenchmark-dev clang libclang-rt-14-dev \
-            libprotobuf-dev protobuf-compiler libtorch-dev libgloo-dev libopenblas0-openmp
+            libprotobuf-dev protobuf-compiler libtorch-dev libgloo-dev libopenblas0-openmp \
+            chromium libjs-dygraphs
 
 RULECHECK := $(BUILD)/tools/rulecheck/rulecheck
 TORCH_TRAINER := $(BUILD)/examples/torch_trainer/torch_trainer

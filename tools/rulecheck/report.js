@@ -180,6 +180,24 @@
     };
   }
 
+  // Firing labels that would overlap (nearby steps) go to rows above each
+  // other, greedily left to right; dygraphs itself only stacks equal steps.
+  function stagger(box) {
+    var divs = Array.prototype.slice.call(box.querySelectorAll('.dygraph-annotation.mark'));
+    if (!divs.length) return;
+    var bottom = 0;
+    divs.forEach(function (d) { bottom = Math.max(bottom, parseFloat(d.style.top)); });
+    divs.sort(function (a, b) { return parseFloat(a.style.left) - parseFloat(b.style.left); });
+    var rowEnd = [];
+    divs.forEach(function (d) {
+      var left = parseFloat(d.style.left), width = parseFloat(d.style.width), r = 0;
+      while (r < rowEnd.length && rowEnd[r] > left) r++;
+      if (r >= 6) r = 0;  // crowded: overlap rather than cover the plot
+      rowEnd[r] = left + width + 3;
+      d.style.top = (bottom - r * (parseFloat(d.style.height) + 3)) + 'px';
+    });
+  }
+
   data.charts.forEach(function (chart, ci) {
     var box = el('section', { 'class': 'chart', id: 'chart-' + ci, 'data-marks': String(chart.marks.length) });
     var head = el('div', { 'class': 'chart-head' });
@@ -229,7 +247,7 @@
       labelsDiv: legend, legend: 'always', legendFormatter: legendFormatter(chart),
       logscale: positive && logBox.checked, rollPeriod: +smoothBox.value || 1,
       underlayCallback: underlay(chart),
-      drawCallback: function () { entry.drawn = true; }
+      drawCallback: function () { entry.drawn = true; stagger(box); }
     });
     entry.graph = g;
     g.ready(function () { g.setAnnotations(annotations(chart, built, labels)); });
