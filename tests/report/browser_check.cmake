@@ -7,6 +7,8 @@
 #    all EXPECT_ANNOTATIONS of them (FIRINGS: as many as `rulecheck run`
 #    reports firings, i.e. each firing on exactly one chart),
 #  - there are EXPECT_CHARTS charts,
+#  - the same holds after each control (log scale, smoothing, all points) is
+#    switched on, and after it is reset (the page does that for #selftest-controls),
 #  - nothing reached the console: no error or warning seen by the page, and no
 #    CONSOLE line in Chromium's log;
 # then keeps a screenshot (SCREENSHOT) as the test's artifact.
@@ -44,7 +46,7 @@ endif()
 set(chromium_flags --headless --disable-gpu --no-sandbox --user-data-dir=${profile}
                    --no-first-run --disable-extensions --hide-scrollbars)
 execute_process(COMMAND "${CHROMIUM}" ${chromium_flags} --enable-logging=stderr --v=0
-                        --dump-dom "file://${report}"
+                        --dump-dom "file://${report}#selftest-controls"
                 OUTPUT_VARIABLE dom ERROR_VARIABLE log RESULT_VARIABLE status TIMEOUT ${guard})
 if(NOT status EQUAL 0)
   message(FATAL_ERROR "chromium exited ${status}:\n${log}")
@@ -70,6 +72,10 @@ string(JSON rendered GET "${result}" rendered)
 string(JSON annotations GET "${result}" annotations)
 string(JSON errors LENGTH "${result}" errors)
 string(JSON mismatched LENGTH "${result}" mismatched)
+string(JSON controls ERROR_VARIABLE no_controls LENGTH "${result}" controls)
+if(NOT controls EQUAL 3)
+  string(APPEND failures "the controls were not exercised (${no_controls})\n")
+endif()
 if(NOT charts EQUAL EXPECT_CHARTS)
   string(APPEND failures "expected ${EXPECT_CHARTS} charts, the page has ${charts}\n")
 endif()

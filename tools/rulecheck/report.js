@@ -70,12 +70,15 @@
   // own series at their step, and dygraphs keeps one annotation per
   // (series, step), so the k-th firing at a step goes to mark column k.
   function build(chart, full) {
-    var rows = new Map(), nl = chart.lines.length, lo = Infinity;
+    var rows = new Map(), nl = chart.lines.length, lo = Infinity, hi = -Infinity;
     chart.lines.forEach(function (line) {
       line.vals = line.vals || line.values.map(num);
-      line.vals.forEach(function (v) { if (isFinite(v) && v < lo) lo = v; });
+      line.vals.forEach(function (v) { if (isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); } });
     });
-    if (!isFinite(lo)) lo = 0;
+    // A mark sits at the bottom of the plot (attachAtBottom), but dygraphs
+    // skips a point outside the plotted range, so its value is mid-range
+    // (inside it on a linear and on a log axis alike).
+    var mid = isFinite(lo) ? (lo + hi) / 2 : 1;
     var perStep = new Map(), markCols = 0, placed = [];
     chart.marks.forEach(function (f) {
       var step = data.firings[f][2], k = perStep.get(step) || 0;
@@ -94,9 +97,7 @@
       line.drawn = idx.length;
       idx.forEach(function (i) { row(line.steps[i])[1 + li] = isFinite(line.vals[i]) ? line.vals[i] : NaN; });
     });
-    // A mark sits at the bottom of the plot (attachAtBottom); its value only
-    // has to lie inside the plotted range.
-    placed.forEach(function (p) { row(p[1])[1 + nl + p[2]] = lo; });
+    placed.forEach(function (p) { row(p[1])[1 + nl + p[2]] = mid; });
     var matrix = Array.from(rows.values()).sort(function (a, b) { return a[0] - b[0]; });
     return { matrix: matrix, markCols: markCols, placed: placed };
   }
@@ -272,14 +273,33 @@
 
   // The self-check: every chart drew, and each shows one annotation per
   // firing mark it was given.
+  function check(result, when) {
+    graphs.forEach(function (e) {
+      var canvas = e.box.querySelector('canvas');
+      if (when === '' && e.drawn && canvas && canvas.width > 0) result.rendered++;
+      var n = e.box.querySelectorAll('.dygraph-annotation').length;
+      if (when === '') { result.annotations += n; result.expected += e.chart.marks.length; }
+      if (n !== e.chart.marks.length)
+        result.mismatched.push(e.chart.key + when + ': ' + n + ' of ' + e.chart.marks.length);
+    });
+  }
   var result = { charts: graphs.length, rendered: 0, annotations: 0, expected: 0, mismatched: [] };
-  graphs.forEach(function (e, i) {
-    var canvas = e.box.querySelector('canvas');
-    if (e.drawn && canvas && canvas.width > 0) result.rendered++;
-    var n = e.box.querySelectorAll('.dygraph-annotation').length;
-    result.annotations += n;
-    result.expected += e.chart.marks.length;
-    if (n !== e.chart.marks.length) result.mismatched.push(e.chart.key + ': ' + n + ' of ' + e.chart.marks.length);
-  });
+  check(result, '');
+  // With #selftest-controls (the browser test), every control is exercised
+  // once — log scale, smoothing, all points — and checked again, then reset.
+  if (location.hash === '#selftest-controls') {
+    result.controls = [];
+    [[logBox, 'checked', true, 'change'], [smoothBox, 'value', '5', 'input'], [fullBox, 'checked', true, 'change']]
+      .forEach(function (c) {
+        var before = c[0][c[1]];
+        c[0][c[1]] = c[2];
+        c[0].dispatchEvent(new Event(c[3]));
+        check(result, ' (' + c[0].id + ')');
+        result.controls.push(c[0].id);
+        c[0][c[1]] = before;
+        c[0].dispatchEvent(new Event(c[3]));
+      });
+    check(result, ' (reset)');
+  }
   selftest.finish(result);
 })();
