@@ -9,15 +9,20 @@
 #  - there are EXPECT_CHARTS charts,
 #  - the same holds after each control (log scale, smoothing, all points) is
 #    switched on, and after it is reset (the page does that for #selftest-controls),
+#  - at WIDTH pixels nothing makes the whole page scroll sideways,
 #  - nothing reached the console: no error or warning seen by the page, and no
 #    CONSOLE line in Chromium's log;
 # then keeps a screenshot (SCREENSHOT) as the test's artifact.
 #
 # -DRULECHECK= -DCHROMIUM= -DWORKDIR= -DRULES= -DTRACES=a|b -DEXPECT_CHARTS=
 # -DEXPECT_ANNOTATIONS=N|FIRINGS -DSCREENSHOT=path.png [-DEXTRA=--top|3]
+# [-DWIDTH=pixels: the window width the DOM is checked at, default 1280]
 # No timeout but a generous deadlock guard: Chromium starts slowly under load.
 cmake_minimum_required(VERSION 3.22)
 set(guard 900)
+if(NOT WIDTH)
+  set(WIDTH 1280)
+endif()
 
 string(REPLACE "|" ";" traces "${TRACES}")
 string(REPLACE "|" ";" extra "${EXTRA}")
@@ -46,7 +51,7 @@ endif()
 set(chromium_flags --headless --disable-gpu --no-sandbox --user-data-dir=${profile}
                    --no-first-run --disable-extensions --hide-scrollbars)
 execute_process(COMMAND "${CHROMIUM}" ${chromium_flags} --enable-logging=stderr --v=0
-                        --dump-dom "file://${report}#selftest-controls"
+                        --window-size=${WIDTH},900 --dump-dom "file://${report}#selftest-controls"
                 OUTPUT_VARIABLE dom ERROR_VARIABLE log RESULT_VARIABLE status TIMEOUT ${guard})
 if(NOT status EQUAL 0)
   message(FATAL_ERROR "chromium exited ${status}:\n${log}")
@@ -72,6 +77,10 @@ string(JSON rendered GET "${result}" rendered)
 string(JSON annotations GET "${result}" annotations)
 string(JSON errors LENGTH "${result}" errors)
 string(JSON mismatched LENGTH "${result}" mismatched)
+string(JSON overflow GET "${result}" overflow)
+if(NOT overflow EQUAL 0)
+  string(APPEND failures "at ${WIDTH} pixels the page is ${overflow} pixels wider than the window\n")
+endif()
 string(JSON controls ERROR_VARIABLE no_controls LENGTH "${result}" controls)
 if(NOT controls EQUAL 3)
   string(APPEND failures "the controls were not exercised (${no_controls})\n")
@@ -107,7 +116,7 @@ if(failures)
   message(FATAL_ERROR "${failures}see ${WORKDIR}/dom.html and chromium.log")
 endif()
 
-execute_process(COMMAND "${CHROMIUM}" ${chromium_flags} --window-size=1280,1500
+execute_process(COMMAND "${CHROMIUM}" ${chromium_flags} --window-size=${WIDTH},1500
                         "--screenshot=${SCREENSHOT}" "file://${report}"
                 RESULT_VARIABLE status OUTPUT_QUIET ERROR_VARIABLE log TIMEOUT ${guard})
 if(NOT status EQUAL 0 OR NOT EXISTS "${SCREENSHOT}")

@@ -104,12 +104,12 @@
 
   function severityLetter(s) { return s.charAt(0).toUpperCase(); }
 
-  function annotations(chart, built, labels) {
-    var dense = built.placed.length > 40;
+  function annotations(chart, built, labels, width) {
+    var dense = built.placed.length > 40 || built.placed.length * 100 > 3 * width;
     return built.placed.map(function (p) {
       var f = data.firings[p[0]], rule = data.rules[f[1]], sev = f[3];
-      // Many firings on one chart: the severity letter only (the rule is in
-      // the tooltip), so the flags stay apart.
+      // More firings than three rows of labels hold: the severity letter
+      // only (the rule is in the tooltip), so the flags stay apart.
       var short = dense ? severityLetter(sev)
                         : severityLetter(sev) + ' ' + (rule.length > 18 ? rule.slice(0, 17) + '\u2026' : rule);
       return {
@@ -189,9 +189,13 @@
     var bottom = 0;
     divs.forEach(function (d) { bottom = Math.max(bottom, parseFloat(d.style.top)); });
     divs.sort(function (a, b) { return parseFloat(a.style.left) - parseFloat(b.style.left); });
-    var rowEnd = [];
+    var rowEnd = [], room = box.querySelector('.graph').clientWidth;
     divs.forEach(function (d) {
-      var left = parseFloat(d.style.left), width = parseFloat(d.style.width), r = 0;
+      var width = parseFloat(d.style.width), r = 0;
+      // A flag at the first or last step stays inside the chart (its tick
+      // still marks the step).
+      var left = Math.max(0, Math.min(parseFloat(d.style.left), room - width - 4));
+      d.style.left = left + 'px';
       while (r < rowEnd.length && rowEnd[r] > left) r++;
       if (r >= 6) r = 0;  // crowded: overlap rather than cover the plot
       rowEnd[r] = left + width + 3;
@@ -251,11 +255,11 @@
       drawCallback: function () { entry.drawn = true; stagger(box); }
     });
     entry.graph = g;
-    g.ready(function () { g.setAnnotations(annotations(chart, built, labels)); });
+    g.ready(function () { g.setAnnotations(annotations(chart, built, labels, graphDiv.clientWidth)); });
     full.addEventListener('change', function () {
       var b = build(chart, full.checked || fullBox.checked);
       g.updateOptions({ file: b.matrix });
-      g.setAnnotations(annotations(chart, b, labels));
+      g.setAnnotations(annotations(chart, b, labels, graphDiv.clientWidth));
     });
     graphs.push(entry);
   });
@@ -285,6 +289,9 @@
   }
   var result = { charts: graphs.length, rendered: 0, annotations: 0, expected: 0, mismatched: [] };
   check(result, '');
+  // Pixels the page is wider than the window (0: nothing needs sideways
+  // scrolling of the whole page; wide tables scroll inside their own box).
+  result.overflow = Math.max(0, document.documentElement.scrollWidth - document.documentElement.clientWidth);
   // With #selftest-controls (the browser test), every control is exercised
   // once — log scale, smoothing, all points — and checked again, then reset.
   if (location.hash === '#selftest-controls') {
