@@ -10,6 +10,9 @@
 #  - the same holds after each control (log scale, smoothing, all points) is
 #    switched on, and after it is reset (the page does that for #selftest-controls),
 #  - at WIDTH pixels nothing makes the whole page scroll sideways,
+#  - downsampled lines kept every line's smallest and largest value and a
+#    NaN/Inf sample if it had one, and at least DOWNSAMPLED lines were
+#    downsampled (default 0),
 #  - nothing reached the console: no error or warning seen by the page, and no
 #    CONSOLE line in Chromium's log;
 # then keeps a screenshot (SCREENSHOT) as the test's artifact.
@@ -17,6 +20,7 @@
 # -DRULECHECK= -DCHROMIUM= -DWORKDIR= -DRULES= -DTRACES=a|b -DEXPECT_CHARTS=
 # -DEXPECT_ANNOTATIONS=N|FIRINGS -DSCREENSHOT=path.png [-DEXTRA=--top|3]
 # [-DWIDTH=pixels: the window width the DOM is checked at, default 1280]
+# [-DDOWNSAMPLED=n: lines that must have been downsampled]
 # No timeout but a generous deadlock guard: Chromium starts slowly under load.
 cmake_minimum_required(VERSION 3.22)
 set(guard 900)
@@ -78,6 +82,13 @@ string(JSON annotations GET "${result}" annotations)
 string(JSON errors LENGTH "${result}" errors)
 string(JSON mismatched LENGTH "${result}" mismatched)
 string(JSON overflow GET "${result}" overflow)
+string(JSON downsampled ERROR_VARIABLE none GET "${result}" downsampled)
+if(NOT DOWNSAMPLED)
+  set(DOWNSAMPLED 0)
+endif()
+if(downsampled LESS DOWNSAMPLED)
+  string(APPEND failures "expected at least ${DOWNSAMPLED} downsampled lines, got ${downsampled}\n")
+endif()
 if(NOT overflow EQUAL 0)
   string(APPEND failures "at ${WIDTH} pixels the page is ${overflow} pixels wider than the window\n")
 endif()

@@ -95,6 +95,14 @@
     chart.lines.forEach(function (line, li) {
       var idx = pick(line.vals, data.points, full);
       line.drawn = idx.length;
+      // For the self-check: downsampling kept the extremes and a non-finite sample.
+      var ext = function (list) {
+        var e = { lo: Infinity, hi: -Infinity, bad: false };
+        list.forEach(function (v) { if (isFinite(v)) { e.lo = Math.min(e.lo, v); e.hi = Math.max(e.hi, v); } else e.bad = true; });
+        return e;
+      };
+      var all = ext(line.vals), kept = ext(idx.map(function (i) { return line.vals[i]; }));
+      line.extremesKept = all.lo === kept.lo && all.hi === kept.hi && all.bad === kept.bad;
       idx.forEach(function (i) { row(line.steps[i])[1 + li] = isFinite(line.vals[i]) ? line.vals[i] : NaN; });
     });
     placed.forEach(function (p) { row(p[1])[1 + nl + p[2]] = mid; });
@@ -285,6 +293,11 @@
       if (when === '') { result.annotations += n; result.expected += e.chart.marks.length; }
       if (n !== e.chart.marks.length)
         result.mismatched.push(e.chart.key + when + ': ' + n + ' of ' + e.chart.marks.length);
+      e.chart.lines.forEach(function (l) {
+        if (!l.extremesKept) result.mismatched.push(e.chart.key + when + ': downsampling lost an extreme of ' + data.traces[l.trace].name);
+      });
+      if (when === '') result.downsampled = (result.downsampled || 0) +
+        e.chart.lines.filter(function (l) { return l.drawn < l.values.length; }).length;
     });
   }
   var result = { charts: graphs.length, rendered: 0, annotations: 0, expected: 0, mismatched: [] };
