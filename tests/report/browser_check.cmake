@@ -30,10 +30,12 @@ endif()
 
 string(REPLACE "|" ";" traces "${TRACES}")
 string(REPLACE "|" ";" extra "${EXTRA}")
-file(REMOVE_RECURSE "${WORKDIR}")
-file(MAKE_DIRECTORY "${WORKDIR}")
+# A directory of this run's own (concurrent runs of one test never share
+# one), removed when the test passes and kept for a look when it fails.
 string(RANDOM LENGTH 12 nonce)
-set(profile "${WORKDIR}/chromium-profile-${nonce}")
+set(WORKDIR "${WORKDIR}-${nonce}")
+file(MAKE_DIRECTORY "${WORKDIR}")
+set(profile "${WORKDIR}/chromium-profile")
 set(report "${WORKDIR}/report.html")
 
 execute_process(COMMAND "${RULECHECK}" report ${RULES} --trace ${traces} -o "${report}" ${extra}
@@ -134,4 +136,4 @@ if(NOT status EQUAL 0 OR NOT EXISTS "${SCREENSHOT}")
   message(FATAL_ERROR "chromium could not take the screenshot (${status}):\n${log}")
 endif()
 message(STATUS "screenshot: ${SCREENSHOT}")
-file(REMOVE_RECURSE "${profile}")
+file(REMOVE_RECURSE "${WORKDIR}")
