@@ -57,7 +57,7 @@ deps:
 
 build: deps
 	@echo "==> configuring $(BUILD) ($(BUILD_TYPE))"
-	$(call configure,$(BUILD),$(BUILD_TYPE),)
+	$(call configure,$(BUILD),$(BUILD_TYPE),-DVIGIL_REQUIRE_TORCH=ON)
 	@echo "==> building $(BUILD)"
 	cmake --build $(BUILD) -j $(JOBS)
 

@@ -9,7 +9,10 @@
 //   BM_EigenFracOutside    the same count with Eigen array expressions
 //   BM_FracDeadUnits       frac_dead_units(1.0) of the tensor as [256 x 65536]
 //   BM_DeadUnitsByRows     the same by hand, row by row into per-unit counters
-// bytes_per_second is the tensor's size over the time per iteration.
+// bytes_per_second is the tensor's size over the time per iteration. Each
+// baseline is first checked to compute the same values as Vigil (bench/verify.hpp):
+// exactly for the counts, to rounding for double sums, to float rounding for
+// Eigen's float squaredNorm.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -17,6 +20,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/verify.hpp"
 #include "vigil/tensor.hpp"
 
 namespace {
@@ -35,10 +39,50 @@ const std::vector<float>& data() {
   return v;
 }
 
+const std::int64_t shape_1d[] = {numel};
+
+const vigil::TensorStats& fused() {
+  static const vigil::TensorStats s =
+      vigil::compute_stats({data().data(), vigil::DType::float32, shape_1d, {}});
+  return s;
+}
+
+// The stats as one simple loop per stat.
+struct Separate {
+  double sum = 0, abs_sum = 0, sq = 0, var = 0, mn = INFINITY, mx = -INFINITY, zeros = 0, nans = 0,
+         infs = 0;
+};
+Separate separate_passes(const std::vector<float>& v) {
+  Separate r;
+  for (float x : v) r.sum += x;
+  for (float x : v) r.abs_sum += std::abs(x);
+  for (float x : v) r.sq += static_cast<double>(x) * x;
+  const double mean = r.sum / numel;
+  for (float x : v) r.var += (x - mean) * (x - mean);
+  r.var /= numel;
+  for (float x : v) r.mn = std::min<double>(r.mn, x);
+  for (float x : v) r.mx = std::max<double>(r.mx, x);
+  for (float x : v) r.zeros += x == 0;
+  for (float x : v) r.nans += std::isnan(x);
+  for (float x : v) r.infs += std::isinf(x);
+  return r;
+}
+
 void BM_FusedStats(benchmark::State& state) {
   const auto& v = data();
-  const std::int64_t shape[] = {numel};
-  const vigil::TensorView view{v.data(), vigil::DType::float32, shape, {}};
+  const vigil::TensorView view{v.data(), vigil::DType::float32, shape_1d, {}};
+  using vigil::Stat;
+  const auto& f = fused();
+  const Separate b = separate_passes(v);
+  const double same[][2] = {{f[Stat::sum], b.sum},        {f[Stat::abs_sum], b.abs_sum},
+                            {f[Stat::norm], std::sqrt(b.sq)}, {f[Stat::var], b.var},
+                            {f[Stat::min], b.mn},         {f[Stat::max], b.mx},
+                            {f[Stat::frac_zero] * numel, b.zeros}, {f[Stat::nan_count], b.nans},
+                            {f[Stat::inf_count], b.infs}};
+  for (const auto& [got, want] : same)
+    if (!vigil::bench::expect(state, vigil::bench::close(got, want, 1e-9),
+                              "fused " + std::to_string(got) + " vs separate " + std::to_string(want)))
+      return;
   for (auto _ : state) {
     auto s = vigil::compute_stats(view);
     benchmark::DoNotOptimize(s);
@@ -49,6 +93,13 @@ void BM_FusedStats(benchmark::State& state) {
 void BM_EigenSquaredNorm(benchmark::State& state) {
   const auto& v = data();
   const Eigen::Map<const Eigen::VectorXf> m(v.data(), numel);
+  const double norm = fused()[vigil::Stat::norm];
+  // Eigen sums in float: over 16 M terms its rounding error is about 0.1%
+  // (Vigil accumulates in double), so "the same" means within 1%.
+  if (!vigil::bench::expect(state, vigil::bench::close(m.squaredNorm(), norm * norm, 1e-2),
+                            "squaredNorm " + std::to_string(m.squaredNorm()) + " vs fused norm^2 " +
+                                std::to_string(norm * norm)))
+    return;
   for (auto _ : state) {
     float n = m.squaredNorm();
     benchmark::DoNotOptimize(n);
@@ -56,22 +107,12 @@ void BM_EigenSquaredNorm(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * numel * 4);
 }
 
+// Checked against the fused stats in BM_FusedStats.
 void BM_SeparatePasses(benchmark::State& state) {
   const auto& v = data();
   for (auto _ : state) {
-    double sum = 0, abs_sum = 0, sq = 0, mn = INFINITY, mx = -INFINITY, zeros = 0, nans = 0, infs = 0;
-    for (float x : v) sum += x;
-    for (float x : v) abs_sum += std::abs(x);
-    for (float x : v) sq += static_cast<double>(x) * x;
-    const double mean = sum / numel;
-    double var = 0;
-    for (float x : v) var += (x - mean) * (x - mean);
-    for (float x : v) mn = std::min<double>(mn, x);
-    for (float x : v) mx = std::max<double>(mx, x);
-    for (float x : v) zeros += x == 0;
-    for (float x : v) nans += std::isnan(x);
-    for (float x : v) infs += std::isinf(x);
-    benchmark::DoNotOptimize(sum + abs_sum + sq + var + mn + mx + zeros + nans + infs);
+    const Separate r = separate_passes(v);
+    benchmark::DoNotOptimize(r);
   }
   state.SetBytesProcessed(state.iterations() * numel * 4);
 }
@@ -81,6 +122,12 @@ void BM_FracOutside(benchmark::State& state) {
   const std::int64_t shape[] = {numel};
   const vigil::TensorView view{v.data(), vigil::DType::float32, shape, {}};
   const double bounds[] = {-2, 2};
+  const Eigen::Map<const Eigen::ArrayXf> a(v.data(), numel);
+  const double eigen = static_cast<double>(((a < -2.0f) || (a > 2.0f)).count()) / numel;
+  if (!vigil::bench::expect(
+          state, vigil::compute_param_stat(vigil::ParamStat::frac_outside, bounds, view) == eigen,
+          "frac_outside vs Eigen's count"))
+    return;
   for (auto _ : state) {
     double f = vigil::compute_param_stat(vigil::ParamStat::frac_outside, bounds, view);
     benchmark::DoNotOptimize(f);
@@ -112,18 +159,30 @@ void BM_FracDeadUnits(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * numel * 4);
 }
 
+// frac_dead_units(1.0) by hand, row by row into per-unit counters.
+double dead_units_by_rows(const std::vector<float>& v, std::vector<std::int32_t>& active) {
+  std::fill(active.begin(), active.end(), 0);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const float* row = v.data() + b * units;
+    for (std::int64_t u = 0; u < units; ++u) active[static_cast<std::size_t>(u)] += row[u] > 0;
+  }
+  std::int64_t dead = 0;
+  for (auto c : active) dead += 100.0 * c / batch < 1.0;
+  return static_cast<double>(dead) / units;
+}
+
 void BM_DeadUnitsByRows(benchmark::State& state) {
   const auto& v = data();
   std::vector<std::int32_t> active(static_cast<std::size_t>(units));
+  const std::int64_t shape[] = {batch, units};
+  const double threshold[] = {1.0};
+  const double vigil_value = vigil::compute_param_stat(
+      vigil::ParamStat::frac_dead_units, threshold, {v.data(), vigil::DType::float32, shape, {}});
+  if (!vigil::bench::expect(state, dead_units_by_rows(v, active) == vigil_value,
+                            "frac_dead_units vs by hand"))
+    return;
   for (auto _ : state) {
-    std::fill(active.begin(), active.end(), 0);
-    for (std::int64_t b = 0; b < batch; ++b) {
-      const float* row = v.data() + b * units;
-      for (std::int64_t u = 0; u < units; ++u) active[static_cast<std::size_t>(u)] += row[u] > 0;
-    }
-    std::int64_t dead = 0;
-    for (auto c : active) dead += 100.0 * c / batch < 1.0;
-    double f = static_cast<double>(dead) / units;
+    double f = dead_units_by_rows(v, active);
     benchmark::DoNotOptimize(f);
   }
   state.SetBytesProcessed(state.iterations() * numel * 4);
@@ -139,4 +198,4 @@ BENCHMARK(BM_DeadUnitsByRows)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+VIGIL_BENCHMARK_MAIN()

@@ -7,8 +7,13 @@
 #include <torch/torch.h>
 
 #include <Eigen/Core>
+#include <array>
 #include <filesystem>
+#include <iterator>
 
+#include <unistd.h>
+
+#include "bench/verify.hpp"
 #include "trainer.hpp"
 #include "vigil/tensor.hpp"
 
@@ -20,7 +25,9 @@ vigil_example::TrainConfig trainer_config(bool rules, std::int64_t checkpoint_ev
   vigil_example::TrainConfig c;
   if (rules) {
     c.rules = VIGIL_TRAINER_RULES;
-    c.work_dir = (std::filesystem::temp_directory_path() / "vigil-torch-bench").string();
+    c.work_dir = (std::filesystem::temp_directory_path() /
+                  ("vigil-torch-bench-" + std::to_string(::getpid())))
+                     .string();
   }
   c.steps = kSteps;
   c.checkpoint_every = checkpoint_every;
@@ -29,8 +36,22 @@ vigil_example::TrainConfig trainer_config(bool rules, std::int64_t checkpoint_ev
   return c;
 }
 
+// The same run with and without the Monitor: a healthy run's rules never
+// act, so both train the same model to the same loss (equal work).
+double reference_loss() {
+  static const double loss = vigil_example::train(trainer_config(false, 0)).final_loss;
+  return loss;
+}
+
 void run_trainer(benchmark::State& state, bool rules, std::int64_t checkpoint_every) {
   const auto config = trainer_config(rules, checkpoint_every);
+  if (rules) {
+    const double loss = vigil_example::train(config).final_loss;
+    if (!vigil::bench::expect(state, loss == reference_loss(),
+                              "final loss with the Monitor " + std::to_string(loss) +
+                                  " vs without " + std::to_string(reference_loss())))
+      return;
+  }
   for (auto _ : state) {
     auto r = vigil_example::train(config);
     benchmark::DoNotOptimize(r.final_loss);
@@ -60,6 +81,14 @@ void set_bytes(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * big().numel() * 4);
 }
 
+const vigil::TensorStats& fused() {
+  static const vigil::TensorStats s = [] {
+    const std::int64_t shape[] = {big().numel()};
+    return vigil::compute_stats({big().data_ptr(), vigil::DType::float32, shape, {}});
+  }();
+  return s;
+}
+
 void BM_Stats64MiB_VigilFusedAll(benchmark::State& state) {
   torch::set_num_threads(1);
   const auto& t = big();
@@ -69,9 +98,18 @@ void BM_Stats64MiB_VigilFusedAll(benchmark::State& state) {
   set_bytes(state);
 }
 
+// Float accumulations over 16 M terms are off by about 0.1% (Vigil accumulates
+// in double): for them "the same" means within 1%.
+constexpr double float_rounding = 1e-2;
+
 void BM_Stats64MiB_EigenSquaredNorm(benchmark::State& state) {
   const auto& t = big();
   Eigen::Map<const Eigen::VectorXf> m(t.data_ptr<float>(), t.numel());
+  const double norm = fused()[vigil::Stat::norm];
+  if (!vigil::bench::expect(state, vigil::bench::close(m.squaredNorm(), norm * norm, float_rounding),
+                            "Eigen squaredNorm " + std::to_string(m.squaredNorm()) +
+                                " vs fused norm^2 " + std::to_string(norm * norm)))
+    return;
   for (auto _ : state) benchmark::DoNotOptimize(m.squaredNorm());
   set_bytes(state);
 }
@@ -79,17 +117,30 @@ void BM_Stats64MiB_EigenSquaredNorm(benchmark::State& state) {
 void BM_Stats64MiB_TorchNorm(benchmark::State& state) {
   torch::set_num_threads(1);
   const auto& t = big();
+  if (!vigil::bench::expect(state,
+                            vigil::bench::close(torch::norm(t).item<float>(),
+                                                fused()[vigil::Stat::norm], float_rounding),
+                            "torch::norm vs fused norm"))
+    return;
   for (auto _ : state) benchmark::DoNotOptimize(torch::norm(t).item<float>());
   set_bytes(state);
 }
 
 // The libtorch ops a host would write for the stats Vigil fuses, one pass (or
 // more) each, over `d` (the tensor in the accumulation dtype) and `t` (the
-// original, for the counts).
-void torch_all_stats(const torch::Tensor& d, const torch::Tensor& t) {
+// original, for the counts), in the order of `torch_stat_order`.
+using vigil::Stat;
+constexpr Stat torch_stat_order[] = {
+    Stat::norm,     Stat::sum,       Stat::abs_sum,   Stat::mean,      Stat::abs_mean,
+    Stat::var,      Stat::std,       Stat::min,       Stat::max,       Stat::abs_max,
+    Stat::frac_zero, Stat::frac_pos, Stat::frac_neg,  Stat::frac_nan,  Stat::frac_inf,
+    Stat::nan_count, Stat::inf_count};
+constexpr std::size_t torch_stat_count = std::size(torch_stat_order);
+
+std::array<double, torch_stat_count> torch_all_stats(const torch::Tensor& d, const torch::Tensor& t) {
   auto a = d.abs();
   const double n = static_cast<double>(t.numel());
-  const double stats[] = {
+  return {
       torch::norm(d).item<double>(),         d.sum().item<double>(),
       a.sum().item<double>(),                d.mean().item<double>(),
       a.mean().item<double>(),               d.var(false).item<double>(),
@@ -100,14 +151,27 @@ void torch_all_stats(const torch::Tensor& d, const torch::Tensor& t) {
       t.isinf().sum().item<double>() / n,    t.isnan().sum().item<double>(),
       t.isinf().sum().item<double>(),
   };
-  benchmark::DoNotOptimize(stats);
+}
+
+// Checks every stat libtorch computed against the fused one.
+bool same_as_fused(benchmark::State& state, const std::array<double, torch_stat_count>& got,
+                   double rel) {
+  for (std::size_t i = 0; i < torch_stat_count; ++i) {
+    const double want = fused()[torch_stat_order[i]];
+    if (!vigil::bench::expect(state, vigil::bench::close(got[i], want, rel),
+                              std::string(vigil::stat_name(torch_stat_order[i])) + ": libtorch " +
+                                  std::to_string(got[i]) + " vs fused " + std::to_string(want)))
+      return false;
+  }
+  return true;
 }
 
 // Double accumulation, as Vigil does.
 void BM_Stats64MiB_TorchAllStats(benchmark::State& state) {
   torch::set_num_threads(1);
   const auto& t = big();
-  for (auto _ : state) torch_all_stats(t.to(torch::kDouble), t);
+  if (!same_as_fused(state, torch_all_stats(t.to(torch::kDouble), t), 1e-9)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(torch_all_stats(t.to(torch::kDouble), t));
   set_bytes(state);
 }
 
@@ -116,7 +180,8 @@ void BM_Stats64MiB_TorchAllStats(benchmark::State& state) {
 void BM_Stats64MiB_TorchAllStatsFloat(benchmark::State& state) {
   torch::set_num_threads(1);
   const auto& t = big();
-  for (auto _ : state) torch_all_stats(t, t);
+  if (!same_as_fused(state, torch_all_stats(t, t), float_rounding)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(torch_all_stats(t, t));
   set_bytes(state);
 }
 
@@ -128,4 +193,4 @@ BENCHMARK(BM_Stats64MiB_TorchAllStatsFloat)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+VIGIL_BENCHMARK_MAIN()

@@ -22,6 +22,7 @@
 
 #include <unistd.h>
 
+#include "bench/verify.hpp"
 #include "trace/event.pb.h"
 #include "trace/tensorboard_record.hpp"
 #include "vigil/trace.hpp"
@@ -32,12 +33,16 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t kTargetBytes = 50u << 20;
 
-const fs::path kRealRun = fs::path(__FILE__).parent_path().parent_path() / "tests/tb/data/" /
+// VIGIL_SOURCE_DIR, not __FILE__: with ccache's base_dir, __FILE__ is relative.
+const fs::path kRealRun = fs::path(VIGIL_SOURCE_DIR) / "tests/tb/data/" /
                           "lightning_lstm_textgen/events.out.tfevents.1716735746.99c8c45923de.3769.0";
 
 struct Files {
   std::string tensorboard, jsonl;
-  std::uint64_t tensorboard_bytes = 0, jsonl_bytes = 0, observations = 0;
+  std::uint64_t tensorboard_bytes = 0, jsonl_bytes = 0;
+  // What each file holds, known from how it was written: a reader that
+  // returns fewer observations did less work and its time would mean nothing.
+  std::uint64_t tensorboard_observations = 0, jsonl_observations = 0;
 };
 
 Files& files() {
@@ -73,26 +78,32 @@ bool generate() {
   }
   const std::int64_t span = events.back().step() + 1;
 
-  std::string out, data;
-  vigil::tb::append_record(out, events.front().SerializeAsString());  // file_version
-  for (std::int64_t round = 0; out.size() < kTargetBytes; ++round)
-    for (std::size_t i = 1; i < events.size(); ++i) {
-      vigil::tb::Event e = events[i];
-      e.set_step(e.step() + round * span);
-      e.SerializeToString(&data);
-      vigil::tb::append_record(out, data);
-    }
-  std::ofstream(f.tensorboard, std::ios::binary) << out;
-  f.tensorboard_bytes = out.size();
-
-  // The JSONL file holds the observations the TensorBoard reader produces,
-  // repeated up to the same size.
+  // The observations the TensorBoard reader makes of the real run: each
+  // round of the generated file (steps shifted past the previous round's)
+  // holds as many.
   vigil::TraceError error;
   auto reader = vigil::open_tensorboard(kRealRun.string(), error);
   if (!reader) return false;
   std::vector<vigil::Observation> observations;
   vigil::Observation obs;
   while (reader->next(obs)) observations.push_back(obs);
+
+  std::string out, data;
+  vigil::tb::append_record(out, events.front().SerializeAsString());  // file_version
+  for (std::int64_t round = 0; out.size() < kTargetBytes; ++round) {
+    for (std::size_t i = 1; i < events.size(); ++i) {
+      vigil::tb::Event e = events[i];
+      e.set_step(e.step() + round * span);
+      e.SerializeToString(&data);
+      vigil::tb::append_record(out, data);
+    }
+    f.tensorboard_observations += observations.size();
+  }
+  std::ofstream(f.tensorboard, std::ios::binary) << out;
+  f.tensorboard_bytes = out.size();
+
+  // The JSONL file holds the same observations, repeated up to the same
+  // size: one per line.
   std::string text;
   for (std::int64_t round = 0; text.size() < kTargetBytes; ++round)
     for (auto o : observations) {
@@ -100,6 +111,7 @@ bool generate() {
       o.time += static_cast<double>(round) * 5000.0;
       text += vigil::to_jsonl(o);
       text += '\n';
+      ++f.jsonl_observations;
     }
   std::ofstream(f.jsonl, std::ios::binary) << text;
   f.jsonl_bytes = text.size();
@@ -109,6 +121,7 @@ bool generate() {
 void read_trace(benchmark::State& state, bool tensorboard) {
   const Files& f = files();
   const std::string& path = tensorboard ? f.tensorboard : f.jsonl;
+  const std::uint64_t expected = tensorboard ? f.tensorboard_observations : f.jsonl_observations;
   std::uint64_t observations = 0;
   for (auto _ : state) {
     vigil::TraceError error;
@@ -127,6 +140,10 @@ void read_trace(benchmark::State& state, bool tensorboard) {
       state.SkipWithError(reader->error()->format().c_str());
       return;
     }
+    if (!vigil::bench::expect(state, observations == expected,
+                              std::to_string(observations) + " observations read, " +
+                                  std::to_string(expected) + " written"))
+      return;
   }
   const auto bytes = tensorboard ? f.tensorboard_bytes : f.jsonl_bytes;
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
@@ -181,5 +198,5 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   fs::remove_all(fs::path(files().tensorboard).parent_path());
-  return 0;
+  return vigil::bench::any_mismatch() ? 1 : 0;
 }

@@ -1022,11 +1022,14 @@ struct Engine::Impl {
           if (rs.has_every && static_cast<double>(step) < static_cast<double>(rs.every_step) + e.amount)
             return false;
           break;
+        // A time (epoch) cadence skips opportunities without a time (epoch):
+        // one could not be placed on it, and would stall it for good.
         case ir::Unit::seconds:
-          if (rs.has_every && !(time >= rs.every_time + e.amount)) return false;
+          if (std::isnan(time) || (rs.has_every && !(time >= rs.every_time + e.amount))) return false;
           break;
         case ir::Unit::epochs:
-          if (rs.has_every && !(epoch >= rs.every_epoch + e.amount)) return false;
+          if (std::isnan(epoch) || (rs.has_every && !(epoch >= rs.every_epoch + e.amount)))
+            return false;
           break;
       }
       rs.has_every = true;
@@ -1606,6 +1609,15 @@ std::string Engine::explain(const Firing& firing) const { return impl_->explain(
 std::string Engine::save_state() const { return impl_->save(); }
 void Engine::restore_state(std::string_view bytes) { impl_->restore(bytes); }
 const EngineStats& Engine::stats() const { return impl_->stats; }
+
+std::vector<Engine::RuleEvaluations> Engine::evaluations(std::size_t rule) const {
+  std::vector<RuleEvaluations> out;
+  if (rule >= impl_->rules.size()) return out;
+  const auto& elems = impl_->rules[rule].elems;
+  for (std::size_t label = 0; label < elems.size(); ++label)
+    if (elems[label].evals > 0) out.push_back({impl_->labelsets[label].get(), elems[label].evals});
+  return out;
+}
 
 bool Engine::pending() const {
   for (const auto& r : impl_->rules)

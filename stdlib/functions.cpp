@@ -514,7 +514,7 @@ std::vector<FunctionDef> make_defs() {
   d.push_back(sf("ewma_chart", {num("x"), cnum("lambda"), cnum("L")}, s_ewma_chart,
                  "EWMA control chart: true when the EWMA leaves mean +- L*sigma_ewma of the prior "
                  "samples",
-                 "ewma_chart(loss, 0.2, 3)", "can be true from the 4th sample", T::boolean));
+                 "ewma_chart(loss, 0.2, 3)", "can be true from the 3rd sample", T::boolean));
   d.push_back(sf("cusum", {num("x"), cnum("k"), cnum("h")}, s_cusum,
                  "two-sided tabular CUSUM of the standardised sample; true when S+ or S- > h",
                  "cusum(loss, 0.5, 5)", "can be true from the 3rd sample", T::boolean));

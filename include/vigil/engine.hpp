@@ -201,6 +201,18 @@ class Engine {
 
   [[nodiscard]] const EngineStats& stats() const;
 
+  /// How often rule `rule` (an index into program().rules()) had its
+  /// condition evaluated, per label set: every observation that gave the
+  /// condition a value (true, false or NaN) for that label set counts; one
+  /// whose inputs left it without a value does not. Lets a test tell "did not
+  /// fire" from "never looked". Label sets never evaluated are not listed.
+  /// Allocates; not for the hot path.
+  struct RuleEvaluations {
+    const Labels* labels = nullptr;  // valid for the engine's lifetime
+    std::uint64_t count = 0;
+  };
+  [[nodiscard]] std::vector<RuleEvaluations> evaluations(std::size_t rule) const;
+
   /// True while some rule's condition is in a run of true evaluations for
   /// some series: pending (waiting for its `for`) or firing. A host takes a
   /// "known good" checkpoint only when this is false.

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/support/files.hpp"
 #include "vigil/engine.hpp"
 #include "vigil/program.hpp"
 
@@ -120,7 +121,7 @@ TEST(Checker, StandardLibraryTemplatesAndActions) {
 
 TEST(Checker, ImportsResolveRelativeToTheImportingFileAndDetectCycles) {
   namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / "vigil_import_test";
+  const fs::path dir = vigil::test::make_temp_dir("import");
   fs::create_directories(dir / "team");
   std::ofstream(dir / "main.rules") << "import \"team/common.rules\"\nuse spike(k = 2) do log\n";
   std::ofstream(dir / "team" / "common.rules")

@@ -17,4 +17,9 @@ endif()
 step(${CMAKE_COMMAND} -S ${SOURCE}/consumer -B ${WORK}/build -G ${GENERATOR}
      -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${WORK}/prefix ${flags})
 step(${CMAKE_COMMAND} --build ${WORK}/build)
-step(${WORK}/build/consumer)
+execute_process(COMMAND ${WORK}/build/consumer RESULT_VARIABLE status OUTPUT_VARIABLE out
+                ERROR_VARIABLE err)
+if(NOT status EQUAL 0 OR NOT out STREQUAL "fired 1\n")
+  message(FATAL_ERROR "consumer: exit status ${status}, output '${out}' (expected 0, 'fired 1')\n${err}")
+endif()
+message("${out}")

@@ -180,16 +180,12 @@ Evaluator::Evaluator(const std::string& text) {
     r.name = decl->name;
     r.when = decl->clauses.when.get();
     r.for_ = span(decl->clauses.for_);
-    r.after = span(decl->clauses.after, true);
-    r.until = span(decl->clauses.until, true);
+    r.after = span(decl->clauses.after);
+    r.until = span(decl->clauses.until);
     r.every = span(decl->clauses.every);
     r.cooldown = span(decl->clauses.cooldown);
     r.mode = decl->clauses.mode;
     if (!error_.empty()) return;
-    if (r.every && r.every->unit == ast::DurUnit::seconds) {
-      error_ = "reference does not support `every` with a time";
-      return;
-    }
     if (!check(*r.when)) {
       error_ = "reference does not support the condition of rule " + r.name;
       return;
@@ -220,11 +216,11 @@ void Evaluator::collect_expression_ranges(const ast::Expr& e) {
       e.node);
 }
 
-std::optional<Evaluator::Span> Evaluator::span(const ast::ExprPtr& e, bool allow_epochs) {
+std::optional<Evaluator::Span> Evaluator::span(const ast::ExprPtr& e) {
   if (!e) return std::nullopt;
   const auto* d = as<ast::Duration>(*e);
   const ast::Number* n = d && d->amount ? as<ast::Number>(*d->amount) : nullptr;
-  if (n == nullptr || (d->unit == ast::DurUnit::epochs && !allow_epochs)) {
+  if (n == nullptr) {
     error_ = "reference supports only `N samples|steps|evals` and time durations";
     return std::nullopt;
   }
@@ -614,13 +610,14 @@ double Evaluator::progress(const Span& s, std::int64_t opportunities_before) con
   switch (s.unit) {
     case ast::DurUnit::steps: return static_cast<double>(step_);
     case ast::DurUnit::seconds: return first_time_ ? now_ - *first_time_ : nan;
-    case ast::DurUnit::epochs: {
-      auto it = series_.find({"epoch", {}});
-      return it == series_.end() || it->second.history.empty() ? nan
-                                                               : it->second.history.back().value;
-    }
+    case ast::DurUnit::epochs: return epoch();
     default: return static_cast<double>(opportunities_before);
   }
+}
+
+double Evaluator::epoch() const {
+  auto it = series_.find({"epoch", {}});
+  return it == series_.end() || it->second.history.empty() ? nan : it->second.history.back().value;
 }
 
 void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
@@ -641,6 +638,14 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
           static_cast<double>(step_) < static_cast<double>(*rule.last_evaluated_step) + rule.every->amount)
         return;
       rule.last_evaluated_step = step_;
+    } else if (rule.every->unit == ast::DurUnit::seconds || rule.every->unit == ast::DurUnit::epochs) {
+      // A time (epoch) cadence: the first opportunity with a time (epoch) is
+      // evaluated, then the next one at least N past the last evaluated one;
+      // an opportunity without a time (epoch) is not evaluated.
+      const double at = rule.every->unit == ast::DurUnit::seconds ? now_ : epoch();
+      if (std::isnan(at)) return;
+      if (rule.last_evaluated_at && !(at >= *rule.last_evaluated_at + rule.every->amount)) return;
+      rule.last_evaluated_at = at;
     } else if (rule.every_index++ % static_cast<std::int64_t>(rule.every->amount) != 0) {
       return;
     }
@@ -657,6 +662,7 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
     if (++st.run == 1) {
       st.first_step = step_;
       st.first_time = now_;
+      st.first_epoch = epoch();
     }
     bool satisfied = true;
     if (rule.for_) {
@@ -666,6 +672,9 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
           break;
         case ast::DurUnit::seconds:  // NaN times: never satisfied
           satisfied = now_ - st.first_time >= rule.for_->amount;
+          break;
+        case ast::DurUnit::epochs:  // likewise NaN epochs
+          satisfied = epoch() - st.first_epoch >= rule.for_->amount;
           break;
         default: satisfied = static_cast<double>(st.run) >= rule.for_->amount;
       }
@@ -681,6 +690,7 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
           fire = static_cast<double>(step_ - st.last_fire_step) >= rule.cooldown->amount;
           break;
         case ast::DurUnit::seconds: fire = now_ - st.last_fire_time >= rule.cooldown->amount; break;
+        case ast::DurUnit::epochs: fire = epoch() - st.last_fire_epoch >= rule.cooldown->amount; break;
         default: fire = static_cast<double>(st.evals_since_fire) >= rule.cooldown->amount;
       }
     }
@@ -688,6 +698,7 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
     st.fired = true;
     st.last_fire_step = step_;
     st.last_fire_time = now_;
+    st.last_fire_epoch = epoch();
     st.evals_since_fire = 0;
     out.push_back(Firing{rule.name, step_, labels_string(labels), e.decide, st.first_step});
   }

@@ -8,8 +8,8 @@
 // per-rule after/every counters. Obviously correct beats fast here.
 //
 // Supported subset (what the generator produces; anything else is reported by
-// `error()`): named rules with `when`, `for|after|until|cooldown N samples|steps|evals|Ns`
-// (`after`/`until` also `N epochs`), `every N samples|steps|evals`, `in MODE`, `do ACTIONS`
+// `error()`): named rules with `when`, `for|after|until|every|cooldown
+// N samples|steps|evals|epochs|Ns`, `in MODE`, `do ACTIONS`
 // (actions ignored); numbers, true/false, series names and selectors with = != =~ !~ matchers;
 // + - * / % ^ unary -; comparisons; and/or/not; abs, is_nan, default(x, v);
 // aggregations max/min/sum/mean/count of one vector; range reductions
@@ -112,7 +112,7 @@ class Evaluator {
     std::map<Labels, Elem> elems;
   };
   /// A clause duration; `unit` is samples (also for evals), steps, seconds
-  /// (also for minutes and hours, scaled) or epochs (after/until only).
+  /// (also for minutes and hours, scaled) or epochs.
   struct Span {
     ast::DurUnit unit = ast::DurUnit::samples;
     double amount = 0;
@@ -120,8 +120,8 @@ class Evaluator {
   struct ElemState {
     std::int64_t run = 0;
     std::int64_t first_step = 0;
-    double first_time = 0;
-    double last_fire_time = 0;
+    double first_time = 0, first_epoch = 0;
+    double last_fire_time = 0, last_fire_epoch = 0;
     bool fired = false;
     std::int64_t last_fire_step = 0;
     std::int64_t evals_since_fire = 0;
@@ -136,6 +136,7 @@ class Evaluator {
     std::int64_t opportunities = 0;  // before the current one; `after|until N samples`
     std::int64_t every_index = 0;
     std::optional<std::int64_t> last_evaluated_step;
+    std::optional<double> last_evaluated_at;  // `every` in seconds or epochs
   };
 
   Value eval(const ast::Expr& e) const;
@@ -148,7 +149,9 @@ class Evaluator {
   Value eval_stateful(const ast::Call& c) const;
   std::vector<const Series*> select(const ast::Expr& base) const;
   bool check(const ast::Expr& e);
-  std::optional<Span> span(const ast::ExprPtr& e, bool allow_epochs = false);
+  std::optional<Span> span(const ast::ExprPtr& e);
+  /// The latest `epoch` sample (NaN before there is one).
+  double epoch() const;
   void run_rule(Rule& rule, std::vector<Firing>& out);
 
   SourceSet sources_;

@@ -74,7 +74,10 @@ constexpr double nan = std::numeric_limits<double>::quiet_NaN();
 /// `beforetime` (before() over a time window), `beforeuntimed` (untimed
 /// observations in traces of programs that use before()), `beforeevalsteps`
 /// (eval steps counted apart, in traces of programs that use before()),
-/// `orvalue` (`or` on the leftmost path, where the comparison that held gives the value).
+/// `orvalue` (`or` on the leftmost path, where the comparison that held gives the value),
+/// `pow` (the `^` operator), `inf` (+-Inf sample values), `multikey` (the series w,
+/// whose label sets have two keys), `epochs` (clauses in epochs, and an `epoch`
+/// series in the trace), `timecadence` (`every` in seconds or epochs).
 
 bool excluded(std::string_view feature) {
   static const std::string list = [] {
@@ -115,6 +118,10 @@ std::string literal() {
 std::string v_selector() {
   static const std::vector<std::string> sels{
       "v", "v", "v{k=\"1\"}", "v{k=~\"[12]\"}", "v{k!=\"2\"}", "v{k!~\"3\"}", "v{k=~\"1|3\"}", "v{k=\"3\"}"};
+  // w: label sets of two keys, selected by one key, both, or a regex over one.
+  static const std::vector<std::string> w_sels{
+      "w", "w{j=\"x\"}", "w{k=\"1\"}", "w{j=\"y\",k=\"1\"}", "w{j=~\"x|y\",k!=\"2\"}"};
+  if (chance(20) && !excluded("multikey")) return one_of(w_sels);
   return one_of(sels);
 }
 
@@ -148,8 +155,11 @@ std::string num_expr(int depth, bool labelled);
 std::string bool_expr(int depth, bool labelled, bool left_path);
 
 std::string arith_op() {
-  static const std::vector<std::string> ops = without_excluded<std::string>({"+", "-", "*", "/", "%"});
+  static const std::vector<std::string> ops =
+      without_excluded<std::string>({"+", "-", "*", "/", "%", "+", "-", "*", "/", "^"});
+  if (ops.empty()) return "+";
   std::string op = one_of(ops);
+  if (op == "^" && excluded("pow")) op = "*";
   return op == "%" && chance(50) ? "+" : op;  // % rarely: it is mostly NaN on this value set
 }
 
@@ -317,9 +327,13 @@ std::string bool_expr(int depth, bool labelled, bool left_path) {
   }
 }
 
+/// `lo_time`: the least number of seconds or epochs (`every` needs 1).
 std::string duration(int lo_samples, int hi_samples, int lo_steps, int hi_steps,
-                     bool allow_time = true, int hi_seconds = 10) {
-  if (allow_time && chance(15) && !excluded("time")) return std::to_string(pick(0, hi_seconds)) + "s";
+                     bool allow_time = true, int hi_seconds = 10, int lo_time = 0) {
+  if (allow_time && chance(15) && !excluded("time"))
+    return std::to_string(pick(lo_time, hi_seconds)) + "s";
+  if (allow_time && chance(8) && !excluded("epochs"))
+    return std::to_string(pick(lo_time, 3)) + (chance(50) ? " epochs" : " epoch");
   if (chance(10) && !excluded("evals")) return std::to_string(pick(lo_samples, hi_samples)) + " evals";
   if (chance(50)) return std::to_string(pick(lo_samples, hi_samples)) + " samples";
   return std::to_string(pick(lo_steps, hi_steps)) + " steps";
@@ -334,7 +348,8 @@ std::string rule_text(int index) {
   if (chance(25) && !excluded("after")) text += "\n  after " + duration(1, 4, 0, 10);
   // until: long enough, mostly, that the rule is evaluated a while first.
   if (chance(25) && !excluded("until")) text += "\n  until " + duration(1, 12, 1, 40, true, 40);
-  if (chance(25) && !excluded("every")) text += "\n  every " + duration(1, 3, 1, 5, false);
+  if (chance(25) && !excluded("every"))
+    text += "\n  every " + duration(1, 3, 1, 5, !excluded("timecadence"), 4, 1);
   if (chance(35) && !excluded("cooldown")) text += "\n  cooldown " + duration(1, 3, 1, 5);
   if (chance(25) && !excluded("in")) text += chance(50) ? "\n  in train" : "\n  in eval";
   return text + "\n  do log\n";
@@ -348,15 +363,19 @@ struct Trace {
 
 /// `m_percent`: how often the series m (absent from many traces) is fed.
 ref::Observation gen_observation(std::int64_t step, const std::string& mode, int m_percent) {
-  static const std::vector<double> values{0, 1, 2, -1, 0.5, nan, 3, 1};
+  static const std::vector<double> finite{0, 1, 2, -1, 0.5, nan, 3, 1};
+  static const std::vector<double> with_inf{0, 1, 2, -1, 0.5, nan, 3, 1, INFINITY, -INFINITY};
+  const auto& values = excluded("inf") ? finite : with_inf;
   static const std::vector<ref::SeriesSample> all{
       {"a", {}, 0}, {"b", {}, 0}, {"c", {}, 0},
-      {"v", {{"k", "1"}}, 0}, {"v", {{"k", "2"}}, 0}, {"v", {{"k", "3"}}, 0}};
+      {"v", {{"k", "1"}}, 0}, {"v", {{"k", "2"}}, 0}, {"v", {{"k", "3"}}, 0},
+      {"w", {{"j", "x"}, {"k", "1"}}, 0}, {"w", {{"j", "y"}, {"k", "1"}}, 0},
+      {"w", {{"j", "x"}, {"k", "2"}}, 0}};
   ref::Observation o;
   o.step = step;
   o.mode = mode;
   for (const auto& s : all) {
-    if (!chance(50)) continue;
+    if (!chance(50) || (s.name == "w" && excluded("multikey"))) continue;
     auto sample = s;
     do {
       sample.value = one_of(values);
@@ -398,6 +417,8 @@ Trace gen_trace(const std::string& program) {
   const bool own_eval_steps =
       chance(30) && !excluded("evalsteps") && !(uses_before && excluded("beforeevalsteps"));
   const bool timed = chance(80) && !excluded("time");
+  const bool with_epochs = chance(50) && !excluded("epochs");
+  double epoch = pick(0, 1);
   const bool no_untimed = excluded("untimed") || (uses_before && excluded("beforeuntimed"));
   // m, the argument of default(): absent from half the traces, else sparse or frequent.
   static const std::vector<int> m_rates{0, 0, 0, 0, 10, 30, 60, 90};
@@ -426,6 +447,11 @@ Trace gen_trace(const std::string& program) {
     seen.insert(mode);
     auto o = gen_observation(at, mode, m_percent);
     if (timed && (!chance(5) || no_untimed)) o.time = time;
+    // The epoch, as trainers log it: now and then, never decreasing.
+    if (with_epochs && chance(60)) {
+      if (chance(15)) epoch += 1;
+      o.samples.push_back({"epoch", {}, epoch});
+    }
     t.obs.push_back(std::move(o));
     if (at == counter) counter += one_of(gaps);
     time += one_of(time_gaps);
@@ -527,6 +553,45 @@ std::vector<std::int64_t> steps_of(const std::vector<ref::Firing>& fs) {
   std::vector<std::int64_t> out;
   for (const auto& f : fs) out.push_back(f.step);
   return out;
+}
+
+// A time cadence skips observations without a time; epochs count from the
+// `epoch` series in for and cooldown too.
+TEST(ReferenceSelf, TimeCadenceAndEpochs) {
+  Trace cadence;
+  auto obs = [](std::int64_t step, double time, double a) {
+    return ref::Observation{step, "train", {{"a", {}, a}}, time};
+  };
+  for (const auto& o : {obs(0, nan, 1), obs(1, 1000, 1), obs(2, nan, 1), obs(3, 1001, 0),
+                        obs(4, 1002, 0), obs(5, 1003, 1), obs(6, 1004, 1)})
+    cadence.obs.push_back(o);
+  EXPECT_EQ(steps_of(run_reference_text("rule r: when a > 0 every 2s do log", cadence)),
+            (std::vector<std::int64_t>{1, 6}));
+
+  Trace epochs;
+  const double epoch_at[] = {0, 0, 1, 1, 2, 3};
+  for (std::int64_t i = 0; i < 6; ++i)
+    epochs.obs.push_back({i + 1, "train", {{"epoch", {}, epoch_at[i]}, {"a", {}, 1}}});
+  EXPECT_EQ(steps_of(run_reference_text(
+                "rule r: when a > 0 for 1 epoch cooldown 2 epochs do log", epochs)),
+            (std::vector<std::int64_t>{3, 6}));
+}
+
+// `^`, infinite samples, and label sets of two keys.
+TEST(ReferenceSelf, PowerInfinityAndTwoLabelKeys) {
+  EXPECT_EQ(steps_of(run_reference_text("rule r: when a ^ 2 > 3 do log",
+                                        scalar_trace({2, INFINITY, -INFINITY, 1, -2}))),
+            (std::vector<std::int64_t>{1, 5}));
+  Trace t;
+  t.obs.push_back({1, "train", {{"w", {{"j", "x"}, {"k", "1"}}, 2}, {"w", {{"j", "y"}, {"k", "1"}}, 5},
+                                {"w", {{"j", "x"}, {"k", "2"}}, 0}}});
+  t.obs.push_back({2, "train", {{"w", {{"j", "x"}, {"k", "2"}}, 3}}});
+  const auto fired = run_reference_text("rule r: when w{j=\"x\"} > 1 do log", t);
+  ASSERT_EQ(fired.size(), 2u);
+  EXPECT_EQ(fired[0].step, 1);
+  EXPECT_EQ(fired[0].labels, "j=x,k=1");
+  EXPECT_EQ(fired[1].step, 2);
+  EXPECT_EQ(fired[1].labels, "j=x,k=2");
 }
 
 TEST(ReferenceSelf, ForCooldownAndEdge) {
@@ -761,6 +826,8 @@ RC_GTEST_PROP(ReferenceProperty, EngineFiringsEqualReference, ()) {
   RC_CLASSIFY(text.find("default(") != std::string::npos, "default");
   RC_CLASSIFY(text.find("before(") != std::string::npos, "before");
   RC_CLASSIFY(text.find(")[") != std::string::npos, "expression range");
+  RC_CLASSIFY(text.find(" ^ ") != std::string::npos, "^");
+  RC_CLASSIFY(text.find("epoch") != std::string::npos, "epochs");
   if (got != want) {
     RC_FAIL("engine and reference disagree\nprogram:\n" + text + "trace:\n" + dump_trace(trace) +
             "engine:\n" + dump_firings(got) + "reference:\n" + dump_firings(want));

@@ -6,7 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <stdexcept>
 
 #include <filesystem>
 #include <fstream>
@@ -22,15 +25,21 @@ inline std::string slurp(const std::filesystem::path& p) {
   return s.str();
 }
 
+/// A new, empty directory under the temporary directory, unique to this call
+/// (mkdtemp): concurrent runs of the same test, in this tree or another one,
+/// never share one. `tag` only makes it recognisable.
+inline std::filesystem::path make_temp_dir(const std::string& tag) {
+  std::string pattern = (std::filesystem::temp_directory_path() / ("vigil_" + tag + "_XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr)
+    throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
+  return pattern;
+}
+
 class TempDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           (std::string("vigil_") + info->test_suite_name() + "_" + info->name() + "_" +
-            std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = make_temp_dir(std::string(info->test_suite_name()) + "_" + info->name());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/files.hpp"
 #include "vigil/engine.hpp"
 #include "vigil/trace.hpp"
 
@@ -46,7 +47,8 @@ TEST(RecordReplay, RecordedTraceReplaysToTheSameFirings) {
       "rule dead: when grad.frac_dead_units(30) > 0.1 do log\n";
   auto r = vigil::compile_string(rules, "t.rules");
   ASSERT_TRUE(r.ok()) << r.format_diagnostics();
-  const auto path = std::filesystem::temp_directory_path() / "vigil_record_replay.jsonl";
+  const auto dir = vigil::test::make_temp_dir("record_replay");
+  const auto path = dir / "trace.jsonl";
 
   std::vector<Fired> live;
   {
@@ -102,7 +104,7 @@ TEST(RecordReplay, RecordedTraceReplaysToTheSameFirings) {
   ASSERT_FALSE(reader->error()) << reader->error()->format();
   EXPECT_EQ(count, 220u);
   EXPECT_EQ(replayed, live);
-  std::filesystem::remove(path);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // One process of the two-process test in torch_test.cpp: joins a Gloo
-// process group over a TCPStore on 127.0.0.1:PORT as RANK, runs three steps
+// process group over a TCPStore on 127.0.0.1:PORT as RANK (rank 0: PORT 0,
+// printed once bound), runs three steps
 // of a Monitor whose engine gathers tensor stats across the group and whose
 // loss is averaged, and writes every firing as `rule step value` to OUT.
 // Each rank feeds different activations and losses; both must report the
@@ -25,13 +26,20 @@ int main(int argc, char** argv) {
   const auto port = static_cast<std::uint16_t>(std::atoi(argv[2]));
   torch::set_num_threads(1);
 
+  // Rank 0 serves the store on a port the kernel picks (PORT 0) and tells the
+  // test which, on stdout, before the process group's rendezvous: no port is
+  // chosen ahead of time, so nothing else can take it in between. The group's
+  // constructor waits for both ranks through the store.
   c10d::TCPStoreOptions store_opts;
   store_opts.port = port;
   store_opts.isServer = rank == 0;
-  store_opts.numWorkers = 2;
-  store_opts.timeout = std::chrono::seconds(30);
+  store_opts.timeout = std::chrono::seconds(120);
   auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_opts);
-  auto pg_opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
+  if (rank == 0) {
+    std::printf("port %u\n", static_cast<unsigned>(store->getPort()));
+    std::fflush(stdout);
+  }
+  auto pg_opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
   pg_opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, 2, pg_opts);
 

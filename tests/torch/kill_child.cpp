@@ -1,5 +1,5 @@
 // Child of the kill test (torch_test.cpp): checkpoints forever into DIR until
-// SIGKILLed. The state at step S is a pure function of S, so the parent can
+// SIGKILLed, saying `checkpointed` on stdout after its first checkpoint. The state at step S is a pure function of S, so the parent can
 // check any checkpoint bit for bit: every parameter element i is
 // S * 0.001f + i, the Adam state comes from one real step on that model, the
 // CPU RNG is seeded with S, and host_state()["step"] is S.
@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
     }
     step = s + 1;
   }
+  bool announced = false;
   for (;; ++step) {
     fill_for_step(*model, step);
     optimizer.zero_grad();
@@ -62,6 +63,13 @@ int main(int argc, char** argv) {
     if (monitor.checkpoint(step, &error).empty()) {
       std::fprintf(stderr, "torch_kill_child: %s\n", error.c_str());
       return 1;
+    }
+    if (!announced) {
+      // The parent starts its kill clock only now: every kill lands after a
+      // checkpoint exists, however slowly this process started.
+      std::fputs("checkpointed\n", stdout);
+      std::fflush(stdout);
+      announced = true;
     }
   }
 }

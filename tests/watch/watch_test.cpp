@@ -1,7 +1,11 @@
 // `rulecheck watch` end to end: the built binary follows a trace that another
 // process writes, prints firings as they happen, runs --exec for each, and
-// stops on SIGTERM, --timeout or deletion of the trace. Every wait is bounded
-// (a hung watch is killed after 20 s and the test fails).
+// stops on SIGTERM, --timeout or deletion of the trace.
+//
+// No test depends on how fast the machine is: each waits for an event the
+// watch reports (its "waiting for" and "following" lines, a firing) before
+// acting, and a bound on a wait is only a deadlock guard, generous enough
+// for a loaded sanitizer build (a hung watch is killed and the test fails).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -24,18 +28,20 @@ using watch_test::slurp;
 const fs::path data_dir = VIGIL_WATCH_TEST_DATA;
 const std::string rulecheck = RULECHECK_PATH;
 
+// Deadlock guards: far beyond what any event here needs, even under load.
+constexpr auto guard = 120s;
+
 // Each test works in its own temporary directory (the watch runs there, so
 // the trace prints as `trace.jsonl`).
-class Watch : public ::testing::Test {
+class Watch : public vigil::test::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("vigil_watch_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+  // Waits until the watch's stderr says `text`.
+  void await_err(const std::string& text) {
+    ASSERT_TRUE(eventually([&] { return err().find(text) != std::string::npos; }, guard))
+        << "the watch never said: " << text << "\n" << err();
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  // The watch opened the trace and has read what it held.
+  void await_following() { await_err("rulecheck: following 'trace.jsonl'"); }
 
   // Starts `rulecheck watch RULES --trace trace.jsonl ARGS` in the test directory.
   std::unique_ptr<Child> watch(const std::string& args, const std::string& rules = "watch.rules",
@@ -66,7 +72,6 @@ class Watch : public ::testing::Test {
     return ids;
   }
 
-  fs::path dir_;
 };
 
 // Steps 1-7 as append_trace.sh writes them, at once.
@@ -79,34 +84,31 @@ const char* const whole_trace =
 )";
 
 TEST_F(Watch, FollowsAnotherProcessWritingAndRunsExecForEachFiring) {
-  // The command records its variables and its stdin: that is its visible effect.
+  // The command records its variables and its stdin: that is its visible
+  // effect. effects.txt is written last, so once it is complete every file is.
   auto watcher = watch(
-      "--format json --exec 'printf \"%s %s\\n\" \"$VIGIL_RULE\" \"$VIGIL_STEP\" >> effects.txt; "
-      "cat >> effects.txt; env | grep ^VIGIL_ | sort > env_$VIGIL_STEP.txt'");
+      "--format json --exec 'env | grep ^VIGIL_ | sort > env_$VIGIL_STEP.txt; "
+      "printf \"%s %s\\n\" \"$VIGIL_RULE\" \"$VIGIL_STEP\" >> effects.txt; cat >> effects.txt'");
+  await_err("waiting for 'trace.jsonl' to appear");  // the trace does not exist yet
   Child writer("exec sh '" + (data_dir / "append_trace.sh").string() + "' '" +
-                   (dir_ / "trace.jsonl").string() + "'",
+                   (dir_ / "trace.jsonl").string() + "' '" + (dir_ / "go").string() + "'",
                dir_ / "writer_out.txt", dir_ / "writer_err.txt");
   ASSERT_TRUE(writer.started());
 
-  // Firings are printed as they happen: step 3's while the writer still has
-  // ~1.2 s of lines to go.
-  bool seen_while_writing = false;
-  ASSERT_TRUE(eventually(
-      [&] {
-        if (out().find("\"step\":3") == std::string::npos) return false;
-        seen_while_writing = writer.running();
-        return true;
-      },
-      10s))
+  // Firings are printed as they happen: step 3's while the writer, held at
+  // its gate, still has steps 4-7 to write.
+  ASSERT_TRUE(eventually([&] { return out().find("\"step\":3") != std::string::npos; }, guard))
       << err();
-  EXPECT_TRUE(seen_while_writing);
-  ASSERT_EQ(writer.wait(10s), 0) << slurp(dir_ / "writer_err.txt");
+  EXPECT_TRUE(writer.running()) << slurp(dir_ / "writer_err.txt");
+  EXPECT_EQ(count_lines(slurp(dir_ / "trace.jsonl")), 3u);
+  std::ofstream(dir_ / "go").put('\n');
+  ASSERT_EQ(writer.wait(guard), 0) << slurp(dir_ / "writer_err.txt");
 
   // Three firings, two lines of effect each.
-  EXPECT_TRUE(eventually([&] { return count_lines(slurp(dir_ / "effects.txt")) == 6; }, 10s))
+  EXPECT_TRUE(eventually([&] { return count_lines(slurp(dir_ / "effects.txt")) == 6; }, guard))
       << slurp(dir_ / "effects.txt") << err();
   watcher->signal(SIGTERM);
-  EXPECT_EQ(watcher->wait(20s), 1) << "SIGTERM ends the watch cleanly; 1: something fired\n" << err();
+  EXPECT_EQ(watcher->wait(guard), 1) << "SIGTERM ends the watch cleanly; 1: something fired\n" << err();
 
   EXPECT_THAT(firings(), ElementsAre("loss_high@3", "exploding_grad@4", "loss_high@7"));
   // Each --exec got the firing's JSON, exactly as printed, on its stdin.
@@ -148,10 +150,9 @@ TEST_F(Watch, FollowsAnotherProcessWritingAndRunsExecForEachFiring) {
 TEST_F(Watch, SigtermWithNothingFiredExitsZero) {
   write_trace("{\"step\": 1, \"values\": {\"loss\": 1}}\n");
   auto watcher = watch("");
-  // Let it read the line (the summary counts it), then stop it.
-  std::this_thread::sleep_for(300ms);
+  await_err("following 'trace.jsonl' (1 observation read)");
   watcher->signal(SIGTERM);
-  EXPECT_EQ(watcher->wait(20s), 0) << err();
+  EXPECT_EQ(watcher->wait(guard), 0) << err();
   EXPECT_EQ(out(), "");
   EXPECT_THAT(err(), HasSubstr("0 firings of 0 rules over 1 observation"));
 }
@@ -159,7 +160,7 @@ TEST_F(Watch, SigtermWithNothingFiredExitsZero) {
 TEST_F(Watch, TimeoutStopsAndTextFormatIsTheRunFormat) {
   write_trace(whole_trace);
   auto watcher = watch("--timeout 0.5");
-  EXPECT_EQ(watcher->wait(20s), 1) << err();
+  EXPECT_EQ(watcher->wait(guard), 1) << err();
   EXPECT_EQ(out(),
             "step 3 [train] loss_high (error) value=7 -> alert, log\n"
             "step 4 [train] exploding_grad (critical) {layer=\"conv1\"} value=400000 -> "
@@ -173,38 +174,38 @@ TEST_F(Watch, IdleTraceTicksTheClockSoAStallFiresWhileItLasts) {
   write_trace(R"({"step": 1, "time": 1001, "values": {"loss": 1}}
 {"step": 2, "time": 1002, "values": {"loss": 1}}
 )");
-  auto watcher = watch("--format json --timeout 6", "stall.rules");
-  EXPECT_TRUE(eventually([&] { return firings().size() == 1; }, 10s)) << out() << err();
+  auto watcher = watch("--format json", "stall.rules");
+  EXPECT_TRUE(eventually([&] { return firings().size() == 1; }, guard)) << out() << err();
   EXPECT_THAT(firings(), ElementsAre("stalled@2"));
   const auto j = nlohmann::json::parse(out());
   EXPECT_GT(j["time"].get<double>(), 1003.0);
   EXPECT_GT(j["value"].get<double>(), 1.0);
   watcher->signal(SIGTERM);
-  EXPECT_EQ(watcher->wait(20s), 1) << err();
+  EXPECT_EQ(watcher->wait(guard), 1) << err();
   EXPECT_EQ(firings().size(), 1u) << "fires once while the stall lasts: " << out();
 }
 
 TEST_F(Watch, StopsWhenTheTraceIsDeleted) {
   write_trace("{\"step\": 1, \"values\": {\"loss\": 1}}\n");
   auto watcher = watch("");
-  std::this_thread::sleep_for(200ms);
+  await_following();
   fs::remove(dir_ / "trace.jsonl");
-  EXPECT_EQ(watcher->wait(20s), 0) << err();
+  EXPECT_EQ(watcher->wait(guard), 0) << err();
   EXPECT_THAT(err(), HasSubstr("'trace.jsonl' was deleted; stopping"));
 }
 
 TEST_F(Watch, FromEndReportsOnlyNewFiringsWithStateFromExistingData) {
   // The firings at steps 3 and 4 are history; steps 6 and 7 arrive later.
   write_trace(whole_trace);
-  auto watcher = watch("--format json --from-end --timeout 3");
-  std::this_thread::sleep_for(400ms);
+  auto watcher = watch("--format json --from-end");
+  await_err("following 'trace.jsonl' (5 observations read without reporting)");
   write_trace(
       "{\"step\": 6, \"values\": {\"loss\": 9}}\n{\"step\": 7, \"values\": {\"loss\": 9.5}}\n",
       std::ios::app);
-  ASSERT_TRUE(eventually([&] { return out().find("\"step\":7") != std::string::npos; }, 10s))
+  ASSERT_TRUE(eventually([&] { return out().find("\"step\":7") != std::string::npos; }, guard))
       << err();
   watcher->signal(SIGTERM);
-  EXPECT_EQ(watcher->wait(20s), 1) << err();
+  EXPECT_EQ(watcher->wait(guard), 1) << err();
   EXPECT_THAT(firings(), ElementsAre("loss_high@7"));
 }
 
@@ -213,36 +214,36 @@ TEST_F(Watch, FromEndKeepsRuleStateAcrossTheStart) {
   // completes its `for 2 samples`: only possible if step 2 was evaluated.
   write_trace(
       "{\"step\": 1, \"values\": {\"loss\": 1}}\n{\"step\": 2, \"values\": {\"loss\": 6}}\n");
-  auto watcher = watch("--format json --from-end --timeout 3");
-  std::this_thread::sleep_for(400ms);
+  auto watcher = watch("--format json --from-end");
+  await_err("following 'trace.jsonl' (2 observations read without reporting)");
   write_trace("{\"step\": 3, \"values\": {\"loss\": 7}}\n", std::ios::app);
-  ASSERT_TRUE(eventually([&] { return out().find("\"step\":3") != std::string::npos; }, 10s))
+  ASSERT_TRUE(eventually([&] { return out().find("\"step\":3") != std::string::npos; }, guard))
       << err();
   watcher->signal(SIGTERM);
-  EXPECT_EQ(watcher->wait(20s), 1) << err();
+  EXPECT_EQ(watcher->wait(guard), 1) << err();
   EXPECT_THAT(firings(), ElementsAre("loss_high@3"));
 }
 
 TEST_F(Watch, FromEndReportsEverythingOfATraceCreatedLater) {
-  auto watcher = watch("--format json --from-end --timeout 3");
-  std::this_thread::sleep_for(200ms);
+  auto watcher = watch("--format json --from-end");
+  await_err("waiting for 'trace.jsonl' to appear");  // looked before the trace existed
   write_trace(whole_trace);
-  ASSERT_TRUE(eventually([&] { return firings().size() == 2; }, 10s)) << err();
+  ASSERT_TRUE(eventually([&] { return firings().size() == 2; }, guard)) << err();
   watcher->signal(SIGTERM);
-  EXPECT_EQ(watcher->wait(20s), 1) << err();
+  EXPECT_EQ(watcher->wait(guard), 1) << err();
   EXPECT_THAT(firings(), ElementsAre("loss_high@3", "exploding_grad@4"));
 }
 
 TEST_F(Watch, TruncationRestartsFromTheStartWithFreshState) {
   write_trace(whole_trace);
   auto watcher = watch("--format json");
-  ASSERT_TRUE(eventually([&] { return firings().size() == 2; }, 10s)) << err();
+  ASSERT_TRUE(eventually([&] { return firings().size() == 2; }, guard)) << err();
   // A new run reuses the file name: shorter content, same inode.
   write_trace(
       "{\"step\": 1, \"values\": {\"loss\": 6}}\n{\"step\": 2, \"values\": {\"loss\": 6}}\n");
-  ASSERT_TRUE(eventually([&] { return firings().size() == 3; }, 10s)) << err();
+  ASSERT_TRUE(eventually([&] { return firings().size() == 3; }, guard)) << err();
   watcher->signal(SIGTERM);
-  EXPECT_EQ(watcher->wait(20s), 1) << err();
+  EXPECT_EQ(watcher->wait(guard), 1) << err();
   EXPECT_THAT(firings(), ElementsAre("loss_high@3", "exploding_grad@4", "loss_high@2"));
   EXPECT_THAT(err(), HasSubstr("trace.jsonl: warning: trace was truncated or replaced"));
 }
@@ -250,15 +251,16 @@ TEST_F(Watch, TruncationRestartsFromTheStartWithFreshState) {
 TEST_F(Watch, FailingOrHangingExecIsAWarningAndTheWatchGoesOn) {
   write_trace(whole_trace);
   auto failing = watch("--format json --timeout 1 --exec 'exit 3'");
-  EXPECT_EQ(failing->wait(20s), 1) << err();
+  EXPECT_EQ(failing->wait(guard), 1) << err();
   EXPECT_THAT(firings(), ElementsAre("loss_high@3", "exploding_grad@4"));
   EXPECT_THAT(err(), HasSubstr("warning: --exec for loss_high at step 3: exited with status 3"));
   EXPECT_THAT(err(), HasSubstr("warning: --exec for exploding_grad at step 4: exited with status 3"));
 
   const auto start = std::chrono::steady_clock::now();
   auto hanging = watch("--format json --timeout 1 --exec-timeout 0.2 --exec 'sleep 30'");
-  EXPECT_EQ(hanging->wait(20s), 1) << err();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "sleep 30 was killed";
+  EXPECT_EQ(hanging->wait(guard), 1) << err();
+  // Two firings: had either `sleep 30` been waited for, this took 30 s or more.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 29s) << "sleep 30 was killed";
   EXPECT_THAT(firings(), ElementsAre("loss_high@3", "exploding_grad@4"));
   EXPECT_THAT(err(), HasSubstr("warning: --exec for loss_high at step 3: timed out after 0.2 s, killed"));
 }
@@ -266,7 +268,7 @@ TEST_F(Watch, FailingOrHangingExecIsAWarningAndTheWatchGoesOn) {
 TEST_F(Watch, DamagedLineEndsTheWatchWithStatusTwo) {
   write_trace(std::string(whole_trace) + "{\"step\": 6, \"values\": oops}\n");
   auto watcher = watch("--format json");
-  EXPECT_EQ(watcher->wait(20s), 2) << err();
+  EXPECT_EQ(watcher->wait(guard), 2) << err();
   EXPECT_THAT(firings(), ElementsAre("loss_high@3", "exploding_grad@4"));
   EXPECT_THAT(err(), HasSubstr("trace.jsonl:6: invalid json"));
 }
@@ -275,17 +277,19 @@ TEST_F(Watch, FollowsACsvThroughTheGenericReaderWithStepColumn) {
   // The watch loop knows no format: a CSV whose step column needs
   // --step-column, its row 2 written in two halves.
   auto watcher = watch("--format json --step-column it", "watch.rules", "trace.csv");
-  std::this_thread::sleep_for(200ms);
+  await_err("waiting for 'trace.csv' to appear");
+  // The pauses only vary what the watch sees between polls; the result must
+  // be the same whichever halves it sees.
   auto append = [&](const char* text) {
     std::ofstream(dir_ / "trace.csv", std::ios::binary | std::ios::app) << text;
-    std::this_thread::sleep_for(200ms);
+    std::this_thread::sleep_for(100ms);
   };
   append("it,loss\n1,6\n");
   append("2,");
   append("7\n3,1\n");
-  ASSERT_TRUE(eventually([&] { return firings().size() == 1; }, 10s)) << err();
+  ASSERT_TRUE(eventually([&] { return firings().size() == 1; }, guard)) << err();
   watcher->signal(SIGTERM);
-  EXPECT_EQ(watcher->wait(20s), 1) << err();
+  EXPECT_EQ(watcher->wait(guard), 1) << err();
   EXPECT_THAT(firings(), ElementsAre("loss_high@2"));
   EXPECT_THAT(err(), HasSubstr("1 firing of 1 rule over 3 observations"));
 }
@@ -293,7 +297,7 @@ TEST_F(Watch, FollowsACsvThroughTheGenericReaderWithStepColumn) {
 TEST_F(Watch, AliasRenamesSeries) {
   fs::copy_file(data_dir / "keras_imdb_fit1.jsonl", dir_ / "trace.jsonl");
   auto watcher = watch("--format json --timeout 0.5 --alias validation_loss=val_loss", "keras.rules");
-  EXPECT_EQ(watcher->wait(20s), 1) << err();
+  EXPECT_EQ(watcher->wait(guard), 1) << err();
   EXPECT_THAT(firings(), ElementsAre("val_loss_high@15", "val_loss_high@18"));
   EXPECT_THAT(err(), Not(HasSubstr("never appears")));
 }

@@ -41,6 +41,15 @@ struct Got {
   std::string text;             // firing line plus the engine's explanation
 };
 
+// A rule's condition was evaluated for a label set at an observation: the
+// evidence that an `expect no fire` saw the rule judge its inputs.
+struct Evaluated {
+  std::string rule;  // display name
+  vigil::Labels labels;
+  std::string mode;
+  std::int64_t step = 0;
+};
+
 // Rule names as tests write them. Anonymous rules are named `FILE:LINE` after
 // the path the compiler was given; a test names them after the path written
 // in the .rtest file (`spike.rules:3`), or, for inline rules, after the
@@ -98,7 +107,8 @@ struct Group {
   std::optional<std::string> mode;
   std::vector<const Expectation*> lines;
 
-  [[nodiscard]] bool matches(const Got& g) const {
+  template <class Event>  // Got or Evaluated
+  [[nodiscard]] bool matches(const Event& g) const {
     return g.rule == rule && (!labels || *labels == g.labels) && (!mode || *mode == g.mode);
   }
   [[nodiscard]] std::string describe() const {
@@ -266,8 +276,20 @@ class TestRunner {
     const Observations obs = build_observations(t);
     Replay replay(program, tf.path);
     std::vector<Got> got;
+    std::vector<Evaluated> evaluated;
+    // Per rule, the evaluation count of each label set so far.
+    std::vector<std::map<const vigil::Labels*, std::uint64_t>> eval_counts(program.rules().size());
     for (std::size_t i = 0; i < obs.list.size(); ++i) {
-      for (const auto& f : replay.feed(obs.list[i])) {
+      const auto& fired = replay.feed(obs.list[i]);
+      for (std::size_t r = 0; r < program.rules().size(); ++r)
+        for (const auto& [labels, count] : replay.engine().evaluations(r)) {
+          auto& seen = eval_counts[r][labels];
+          if (count == seen) continue;
+          seen = count;
+          evaluated.push_back({compiled.names.display(program.rules()[r].name), *labels,
+                               obs.list[i].mode, obs.list[i].step});
+        }
+      for (const auto& f : fired) {
         Got g;
         g.rule = compiled.names.display(f.rule_name());
         g.step = f.step;
@@ -289,7 +311,7 @@ class TestRunner {
                             tf.path, t.line, t.name, skipped, skipped == 1 ? "" : "s"));
 
     std::string report;
-    check(t, program, compiled, obs, got, report);
+    check(t, program, compiled, obs, got, evaluated, report);
     if (report.empty()) {
       ++passed_;
       out_ += fmt::format("PASS {}\n", t.name);
@@ -302,7 +324,8 @@ class TestRunner {
 
   // Appends one paragraph per failing group (nothing when the test passes).
   void check(const TestCase& t, const vigil::Program& program, const Compiled& compiled,
-             const Observations& obs, const std::vector<Got>& got, std::string& report) {
+             const Observations& obs, const std::vector<Got>& got,
+             const std::vector<Evaluated>& evaluated, std::string& report) {
     std::vector<Group> groups;
     for (const auto& e : t.expects) {
       auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
@@ -321,6 +344,7 @@ class TestRunner {
           covered[i] = true;
         }
       check_group(t, program, compiled, obs, got, g, matched, report);
+      check_evaluated(g, evaluated, report);
     }
     if (t.settings.strict || opts_.strict) {
       for (std::size_t i = 0; i < got.size(); ++i) {
@@ -329,6 +353,35 @@ class TestRunner {
                               indent(got[i].text, "    "));
       }
     }
+  }
+
+  // A group without firing lines says something only if the rule judged its
+  // inputs: `expect no fire` needs an evaluation, `expect no eval` forbids one.
+  static void check_evaluated(const Group& g, const std::vector<Evaluated>& evaluated,
+                              std::string& report) {
+    bool any_fire = false, no_eval = false, no_fire = false;
+    for (const auto* e : g.lines) {
+      any_fire = any_fire || e->fire;
+      no_eval = no_eval || e->no_eval;
+      no_fire = no_fire || (!e->fire && !e->no_eval);
+    }
+    if (any_fire && no_eval) {
+      report += fmt::format("  {}: expects firings and no evaluation at once\n", g.describe());
+      return;
+    }
+    if (any_fire) return;
+    std::vector<std::int64_t> steps;
+    for (const auto& ev : evaluated)
+      if (g.matches(ev) && (steps.empty() || steps.back() != ev.step)) steps.push_back(ev.step);
+    if (no_eval && !steps.empty())
+      report += fmt::format("  {}: expected no evaluation; evaluated at {}\n", g.describe(),
+                            join_steps(steps));
+    else if (no_fire && !no_eval && steps.empty())
+      report += fmt::format(
+          "  {}: expected no firing, but the rule was never evaluated (its inputs never had a "
+          "value{}): the expectation proves nothing; feed what it reads, or write "
+          "`expect no eval` if that is the point\n",
+          g.describe(), g.labels || g.mode ? " for these labels / this mode" : "");
   }
 
   static std::string indent(const std::string& text, std::string_view prefix) {

@@ -460,15 +460,18 @@ class Parser {
     values(c, test_->times);
   }
 
-  // `expect fire RULE at STEPS [clauses]` / `expect no fire RULE [clauses]`
+  // `expect fire RULE at STEPS [clauses]` / `expect no fire RULE [clauses]` /
+  // `expect no eval RULE [clauses]`
   void expect(Cursor& c, const Line& line) {
     Expectation e;
     e.line = line.number;
     if (c.keyword("no")) {
       e.fire = false;
-      if (!c.keyword("fire")) return error_at(c, "expected 'fire' after 'expect no'");
+      e.no_eval = c.keyword("eval");
+      if (!e.no_eval && !c.keyword("fire"))
+        return error_at(c, "expected 'fire' or 'eval' after 'expect no'");
     } else if (!c.keyword("fire")) {
-      return error_at(c, "expected 'fire' or 'no fire' after 'expect'");
+      return error_at(c, "expected 'fire', 'no fire' or 'no eval' after 'expect'");
     }
     c.skip_ws();
     const std::uint32_t rule_at = c.offset();

@@ -31,6 +31,10 @@ struct SeriesSpec {
 /// `expect fire RULE at STEPS [clauses]` or `expect no fire RULE [clauses]`.
 struct Expectation {
   bool fire = true;
+  /// `expect no eval`: the rule's condition is never evaluated (for those
+  /// labels / that mode). A plain `expect no fire` requires at least one
+  /// evaluation, so that a test whose inputs never reach the rule fails.
+  bool no_eval = false;
   std::string rule;
   vigil::SourceRange rule_range;  // of the rule name (for "unknown rule")
   std::optional<vigil::Labels> labels;  // unset: any label set

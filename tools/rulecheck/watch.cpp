@@ -104,7 +104,10 @@ class Watcher {
     struct stat st{};
     bool skip_existing = opts_.from_end && ::stat(opts_.trace.c_str(), &st) == 0;
     bool gone_once = false;
-    while (!stop_requested() && !failed_ && Clock::now() < deadline) {
+    // The first pass always runs: what the trace holds at the start is read
+    // whatever the --timeout and however late this process got the CPU.
+    for (bool first = true; !stop_requested() && !failed_ && (first || Clock::now() < deadline);
+         first = false) {
       if (!reader_) {
         if (!open()) {
           sleep_until(std::min(Clock::now() + poll, deadline));
@@ -113,8 +116,18 @@ class Watcher {
         // --from-end: what is already written builds rule state silently.
         silent_ = skip_existing;
         skip_existing = false;
+        const std::uint64_t before = observations_;
+        drain();
+        // Once per opening, after what was there has been read: a person (or a
+        // test, or a supervisor) learns that the watch is live from here on.
+        const std::uint64_t read = observations_ - before;
+        if (!failed_)
+          print_err(fmt::format("rulecheck: following '{}' ({} observation{} read{})\n",
+                                opts_.trace, read, read == 1 ? "" : "s",
+                                silent_ ? " without reporting" : ""));
+      } else {
+        drain();
       }
-      drain();
       silent_ = false;
       if (failed_) break;
 
