@@ -2,6 +2,7 @@
 // command line (CLI11) and calls them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -22,6 +23,7 @@ struct RunOptions {
   std::string step_column;           // CSV step column (TraceOptions::step_column)
   std::vector<std::string> aliases;  // `NEW=OLD`: trace series OLD read as NEW
   double tick = 0;  // seconds between clock ticks inserted into time gaps; 0: none
+  unsigned jobs = 0;  // runs evaluated at once; 0: one per core
 };
 
 /// `rulecheck watch`: follow one growing trace.
@@ -52,7 +54,8 @@ struct StdlibOptions {
   bool markdown = false;  // the whole reference as Markdown (docs/stdlib.md)
 };
 
-/// `rulecheck report`: an HTML page with the firings and a chart per series.
+/// `rulecheck report`: one self-contained HTML page (docs/report.md): a
+/// summary, the firings, and a chart per series the rules read.
 struct ReportOptions {
   std::vector<std::string> rules;
   std::vector<std::string> traces;
@@ -60,6 +63,17 @@ struct ReportOptions {
   std::vector<std::string> params;
   std::string step_column;
   std::vector<std::string> aliases;
+  unsigned jobs = 0;        // traces read at once; 0: one per core
+  std::size_t top = 12;     // charts per series name; more label sets are folded
+  std::size_t points = 2000;  // points per line drawn before min/max downsampling
+};
+
+/// `rulecheck convert`: one trace rewritten in another format.
+struct ConvertOptions {
+  std::string input;
+  std::string output;
+  std::string to;  // jsonl, csv or tensorboard
+  std::string step_column;
 };
 
 int run_check(const std::vector<std::string>& rules);
@@ -71,5 +85,7 @@ int run_test(const TestOptions& opts);
 int run_watch(const WatchOptions& opts);
 /// Exit status 0, or 2 for an unknown name or a malformed doc block in stdlib/*.rules.
 int run_stdlib(const StdlibOptions& opts);
+/// Exit status 0, or 2 for a read or write error (what was read before damage is still written).
+int run_convert(const ConvertOptions& opts);
 
 }  // namespace rulecheck

@@ -8,7 +8,17 @@
 
 namespace rulecheck {
 
-void print_err(std::string_view text) { std::fwrite(text.data(), 1, text.size(), stderr); }
+namespace {
+thread_local std::string* err_capture = nullptr;
+}  // namespace
+
+void print_err(std::string_view text) {
+  if (err_capture != nullptr) err_capture->append(text);
+  else std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
+ErrCapture::ErrCapture(std::string& into) : previous_(err_capture) { err_capture = &into; }
+ErrCapture::~ErrCapture() { err_capture = previous_; }
 
 // Compiles and prints every diagnostic (warnings included) to stderr.
 std::optional<vigil::Program> compile(const std::vector<std::string>& paths,

@@ -23,7 +23,22 @@ inline constexpr int exit_ok = 0;
 inline constexpr int exit_fired = 1;
 inline constexpr int exit_error = 2;
 
+/// Writes to stderr, or to the buffer of this thread's innermost ErrCapture.
 void print_err(std::string_view text);
+
+/// While alive, print_err on this thread appends to `into` instead of
+/// writing to stderr: runs evaluated in parallel keep their diagnostics apart
+/// and the caller prints them in a deterministic order.
+class ErrCapture {
+ public:
+  explicit ErrCapture(std::string& into);
+  ~ErrCapture();
+  ErrCapture(const ErrCapture&) = delete;
+  ErrCapture& operator=(const ErrCapture&) = delete;
+
+ private:
+  std::string* previous_;
+};
 
 /// Compiles and prints every diagnostic (warnings included) to stderr.
 std::optional<vigil::Program> compile(const std::vector<std::string>& paths,

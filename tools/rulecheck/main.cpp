@@ -6,6 +6,8 @@
 //                 [--explain] [--from STEP] [--to STEP] [--keep-going]
 //                 [--step-column NAME] [--alias NEW=OLD]... [--tick S]
 //   rulecheck watch RULES... --trace PATH [--exec CMD] [--poll MS] [--timeout S] ...
+//   rulecheck report RULES... --trace PATH... -o REPORT.html [--top N] [--points N] ...
+//   rulecheck convert INPUT -o OUTPUT [--to jsonl|csv|tensorboard]
 //   rulecheck stdlib [NAME] [--markdown]
 //
 // Exit status (like diff): 0 nothing fired / no errors, 1 some rule fired,
@@ -54,7 +56,9 @@ int main(int argc, char** argv) {
   RunOptions run_opts;
   auto* run = app.add_subcommand("run", "dry-run rules over recorded traces");
   run->add_option("RULES", run_opts.rules, "rule files")->required();
-  run->add_option("--trace", run_opts.traces, "trace files (format detected from content)")
+  run->add_option("--trace", run_opts.traces,
+                  "trace files (format detected from content), or directories of runs (one run per "
+                  "file or subdirectory)")
       ->required()
       ->expected(1, -1);
   run->add_option("--format", run_opts.format, "output format")
@@ -72,6 +76,8 @@ int main(int argc, char** argv) {
                   "replay time gaps as a live monitor polling every S seconds would see them "
                   "(clock ticks for age(...) rules)")
       ->check(CLI::NonNegativeNumber);
+  run->add_option("--jobs", run_opts.jobs, "runs evaluated at once (default: one per core)")
+      ->check(CLI::Range(1u, 4096u));
   run->add_option("--alias", run_opts.aliases,
                   "read trace series OLD as NEW, NEW=OLD (repeatable; overrides alias statements)")
       ->allow_extra_args(false)
@@ -121,7 +127,8 @@ int main(int argc, char** argv) {
   ReportOptions report_opts;
   auto* report = app.add_subcommand("report", "write an HTML report: firings, and charts of the series rules read with firings marked");
   report->add_option("RULES", report_opts.rules, "rule files")->required();
-  report->add_option("--trace", report_opts.traces, "trace files (format detected from content)")
+  report->add_option("--trace", report_opts.traces,
+                     "trace files (format detected from content), or directories of runs")
       ->required()
       ->expected(1, -1);
   report->add_option("-o,--output", report_opts.output, "the HTML file to write")->required();
@@ -129,9 +136,28 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false)
       ->take_all();
   report->add_option("--step-column", report_opts.step_column, "CSV: the column holding the step");
+  report->add_option("--jobs", report_opts.jobs, "traces read at once (default: one per core)")
+      ->check(CLI::Range(1u, 4096u));
+  report->add_option("--top", report_opts.top,
+                     "charts per series name; label sets beyond it (fewest firings) are folded "
+                     "(default 12)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100000}));
+  report->add_option("--points", report_opts.points,
+                     "points per line drawn before min/max downsampling (default 2000)")
+      ->check(CLI::Range(std::size_t{16}, std::size_t{100000000}));
   report->add_option("--alias", report_opts.aliases, "read trace series OLD as NEW, NEW=OLD (repeatable)")
       ->allow_extra_args(false)
       ->take_all();
+
+  ConvertOptions convert_opts;
+  auto* convert = app.add_subcommand("convert", "rewrite a trace as Vigil JSONL, long CSV or a TensorBoard event file");
+  convert->add_option("INPUT", convert_opts.input, "the trace to read (any format rulecheck reads)")->required();
+  convert->add_option("-o,--output", convert_opts.output,
+                      "the file to write (*.jsonl, *.csv), or a directory for a TensorBoard event file")
+      ->required();
+  convert->add_option("--to", convert_opts.to, "the format to write (default: from the output name)")
+      ->check(CLI::IsMember({"jsonl", "csv", "tensorboard"}));
+  convert->add_option("--step-column", convert_opts.step_column, "CSV input: the column holding the step");
 
   try {
     app.parse(argc, argv);
@@ -154,6 +180,7 @@ int main(int argc, char** argv) {
     if (*watch) return run_watch(watch_opts);
     if (*stdlib) return run_stdlib(stdlib_opts);
     if (*report) return run_report(report_opts);
+    if (*convert) return run_convert(convert_opts);
   } catch (const std::exception& e) {
     // Only API misuse throws (vigil::Error); data never does. Still exit 2, never abort.
     print_err(fmt::format("rulecheck: internal error: {}\n", e.what()));

@@ -1,239 +1,264 @@
-// `rulecheck report`: one self-contained HTML page per run — a table of the
-// firings, then a chart per series the rules read, with every firing of a
-// rule that reads it marked at its step. No scripts, no external assets:
-// inline SVG, so the file opens anywhere and can be attached to a ticket.
+// `rulecheck report`: replays each trace (in parallel, each through its own
+// engine), keeps the samples of the series the rules read and the firings,
+// and writes one self-contained HTML page (report_html.hpp, docs/report.md).
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <fmt/format.h>
 #include <fstream>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "tools/rulecheck/commands.hpp"
 #include "tools/rulecheck/common.hpp"
+#include "tools/rulecheck/report_html.hpp"
+#include "tools/rulecheck/runs.hpp"
 
 namespace rulecheck {
 namespace {
 
-/// One point per observation that sampled the series.
-struct Point {
-  std::int64_t step;
-  double value;
+struct SeriesSamples {
+  std::string name;
+  vigil::Labels labels;
+  std::vector<std::int64_t> steps;
+  std::vector<double> values;
+  bool eval = false, train = false;
 };
 
-struct SeriesData {
-  std::vector<Point> points;
-  bool eval = false;                // every sample came from eval observations
-  bool train = false;
+// What one trace contributed, collected by a worker.
+struct Collected {
+  ReportModel::Trace trace;
+  std::map<std::string, SeriesSamples> series;  // by canonical key
+  std::vector<ReportModel::Firing> firings;     // `trace` field left 0
+  std::string diagnostics;
+  bool error = false;
 };
 
-struct Mark {
-  std::int64_t step;
-  std::string rule;
-  vigil::Severity severity;
-  std::string text;  // tooltip
-};
-
-std::string escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+void collect(const vigil::Program& program, const std::set<std::string>& read_names,
+             const RunInput& run, const ReportOptions& opts, Collected& out) {
+  ErrCapture capture(out.diagnostics);
+  out.trace.path = run.trace;
+  if (!run.error.empty()) {
+    out.trace.error = run.error;
+    print_err(fmt::format("{}: {}\n", run.trace, run.error));
+    out.error = true;
+    return;
+  }
+  vigil::TraceError open_error;
+  auto reader = vigil::open_trace(run.trace, open_error, {.step_column = opts.step_column});
+  if (!reader) {
+    out.trace.error = open_error.format();
+    print_err(open_error.format() + "\n");
+    out.error = true;
+    return;
+  }
+  const auto& rules = program.rules();
+  Replay replay(program, run.trace);
+  // Keys seen before -> their series (null: not read by any rule, or malformed).
+  std::unordered_map<std::string, SeriesSamples*> by_key;
+  vigil::Observation obs;
+  while (reader->next(obs)) {
+    ++out.trace.observations;
+    out.trace.first = out.trace.first ? std::min(*out.trace.first, obs.step) : obs.step;
+    out.trace.last = out.trace.last ? std::max(*out.trace.last, obs.step) : obs.step;
+    for (const auto& [key, value] : obs.values) {
+      auto it = by_key.find(key);
+      if (it == by_key.end()) {
+        SeriesSamples* series = nullptr;
+        std::string name;
+        vigil::Labels labels;
+        if (vigil::parse_series_key(key, name, labels)) {
+          name = std::string(program.resolve_alias(name));
+          if (read_names.count(name)) {
+            series = &out.series[vigil::format_series_key(name, labels)];
+            series->name = name;
+            series->labels = std::move(labels);
+          }
+        }
+        it = by_key.emplace(key, series).first;
+      }
+      if (auto* s = it->second) {
+        s->steps.push_back(obs.step);
+        s->values.push_back(value);
+        (obs.mode == "eval" ? s->eval : s->train) = true;
+      }
+    }
+    for (const auto& f : replay.feed(obs)) {
+      ReportModel::Firing r;
+      r.rule = static_cast<std::size_t>(f.rule - rules.data());
+      r.step = f.step;
+      r.mode = std::string(f.mode);
+      r.severity = f.severity;
+      if (f.labels != nullptr) r.labels = *f.labels;
+      r.value = f.value;
+      r.pending_since = f.pending_since;
+      if (f.actions != nullptr)
+        for (const auto& a : *f.actions) r.actions += (r.actions.empty() ? "" : ", ") + a.name;
+      out.firings.push_back(std::move(r));
     }
   }
-  return out;
-}
-
-std::string_view severity_color(vigil::Severity s) {
-  switch (s) {
-    case vigil::Severity::info: return "#4a90d9";
-    case vigil::Severity::warning: return "#e0a000";
-    case vigil::Severity::error: return "#e06000";
-    case vigil::Severity::critical: return "#c00020";
+  if (const auto& e = reader->error()) {
+    out.trace.error = e->format();
+    print_err(e->format() + "\n");
+    out.error = true;
   }
-  return "#888";
+  warn_missing_series(program, run.trace, replay.names_seen());
 }
 
-std::string number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : fmt::format("{}", v); }
-
-/// A line chart of one series: at most `width` columns, each drawn as the
-/// min..max of the samples that fall in it (so spikes survive downsampling),
-/// non-finite samples as red ticks on the axis, firing marks as vertical lines.
-std::string chart(const std::string& key, const SeriesData& data, const std::vector<Mark>& marks) {
-  constexpr int width = 900, height = 180, left = 70, right = 10, top = 10, bottom = 24;
-  const int plot_w = width - left - right, plot_h = height - top - bottom;
-  const auto& pts = data.points;
-  std::int64_t s0 = pts.front().step, s1 = pts.back().step;
-  for (const auto& p : pts) s0 = std::min(s0, p.step), s1 = std::max(s1, p.step);
-  for (const auto& m : marks) s0 = std::min(s0, m.step), s1 = std::max(s1, m.step);
-  double lo = INFINITY, hi = -INFINITY;
-  for (const auto& p : pts)
-    if (std::isfinite(p.value)) lo = std::min(lo, p.value), hi = std::max(hi, p.value);
-  if (!(lo <= hi)) lo = 0, hi = 1;
-  if (lo == hi) lo -= 0.5, hi += 0.5;
-  const double span = s1 > s0 ? static_cast<double>(s1 - s0) : 1.0;
-  auto x_of = [&](std::int64_t step) {
-    return left + static_cast<double>(step - s0) / span * plot_w;
+// Trace names for legends and tables: the paths without the directories all
+// of them share; identical ones numbered.
+void name_traces(std::vector<ReportModel::Trace>& traces) {
+  auto parts = [](const std::string& path) {
+    std::vector<std::string> out;
+    std::size_t from = 0;
+    while (true) {
+      const auto slash = path.find('/', from);
+      out.push_back(path.substr(from, slash == std::string::npos ? std::string::npos : slash - from));
+      if (slash == std::string::npos) break;
+      from = slash + 1;
+    }
+    return out;
   };
-  auto y_of = [&](double v) { return top + (hi - v) / (hi - lo) * plot_h; };
-
-  // Column buckets: min/max of the finite samples in each pixel column.
-  std::vector<double> cmin(plot_w + 1, INFINITY), cmax(plot_w + 1, -INFINITY);
-  std::vector<bool> bad(plot_w + 1, false);
-  for (const auto& p : pts) {
-    const auto c = static_cast<std::size_t>(std::clamp(x_of(p.step) - left, 0.0, double(plot_w)));
-    if (std::isfinite(p.value)) {
-      cmin[c] = std::min(cmin[c], p.value);
-      cmax[c] = std::max(cmax[c], p.value);
-    } else {
-      bad[c] = true;
+  std::vector<std::vector<std::string>> split;
+  for (const auto& t : traces) split.push_back(parts(t.path));
+  std::size_t common = 0;
+  if (traces.size() == 1) {
+    common = split[0].size() - 1;
+  } else {
+    for (bool same = true; same; ++common) {
+      for (const auto& s : split)
+        same = same && common + 1 < s.size() && s[common] == split[0][common];
+      if (!same) break;
     }
   }
-  // Columns without samples are bridged (sparse series such as eval losses);
-  // a NaN or Inf sample breaks the line.
-  std::string path, dots;
-  bool pen = false;
-  const bool sparse = pts.size() < static_cast<std::size_t>(plot_w / 4);
-  for (int c = 0; c <= plot_w; ++c) {
-    if (bad[c]) pen = false;
-    if (!std::isfinite(cmin[c])) continue;
-    path += fmt::format("{}{} {:.1f} L{} {:.1f} ", pen ? "L" : "M", left + c, y_of(cmax[c]),
-                        left + c, y_of(cmin[c]));
-    if (sparse)
-      dots += fmt::format("<circle cx=\"{}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"#225\"/>\n", left + c,
-                          y_of(cmax[c]));
-    pen = true;
+  std::map<std::string, int> seen;
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    std::string name;
+    for (std::size_t k = common; k < split[i].size(); ++k) name += (name.empty() ? "" : "/") + split[i][k];
+    if (name.empty()) name = traces[i].path;
+    if (const int n = ++seen[name]; n > 1) name += fmt::format(" ({})", n);
+    traces[i].name = name;
   }
+}
 
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"{}\">\n",
-      width, height, width, height, escape(key));
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#fafafa\" "
-                     "stroke=\"#ddd\"/>\n",
-                     left, top, plot_w, plot_h);
-  for (double v : {lo, (lo + hi) / 2, hi})
-    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"end\" "
-                       "dominant-baseline=\"middle\">{}</text>\n",
-                       left - 4, y_of(v), number(v));
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">step {}</text>\n", left,
-                     height - 6, s0);
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"end\">step {}</text>\n",
-                     width - right, height - 6, s1);
-  for (const auto& m : marks)
-    svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"{3}\" "
-                       "stroke-width=\"1.5\" opacity=\"0.8\"><title>{4}</title></line>\n",
-                       x_of(m.step), top, top + plot_h, severity_color(m.severity),
-                       escape(m.text));
-  svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"#225\" stroke-width=\"1\"/>\n", path);
-  svg += dots;
-  for (int c = 0; c <= plot_w; ++c)
-    if (bad[c])
-      svg += fmt::format("<line x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\" stroke=\"red\" "
-                         "stroke-width=\"2\"><title>NaN or Inf</title></line>\n",
-                         left + c, top + plot_h - 6, top + plot_h);
-  svg += "</svg>\n";
-  return svg;
+bool subset(const vigil::Labels& small, const vigil::Labels& big) {
+  return std::all_of(small.begin(), small.end(), [&](const auto& kv) {
+    return std::find(big.begin(), big.end(), kv) != big.end();
+  });
 }
 
 }  // namespace
 
 int run_report(const ReportOptions& opts) {
+  if (!report_assets_available()) {
+    print_err("rulecheck: this rulecheck was built without libjs-dygraphs, which reports are drawn "
+              "with (apt-get install libjs-dygraphs, then rebuild)\n");
+    return exit_error;
+  }
   const auto program = compile_with(opts.rules, opts.params, opts.aliases);
   if (!program) return exit_error;
 
-  // A firing is marked on the charts of the series its rule reads.
-  std::map<std::string, std::set<std::string>> readers;  // series name -> rule names
-  for (const auto& rule : program->rules())
-    for (const auto& name : rule.reads) readers[name].insert(rule.name);
+  const auto& rules = program->rules();
+  std::set<std::string> read_names;
+  for (const auto& rule : rules) read_names.insert(rule.reads.begin(), rule.reads.end());
 
-  std::string firings_html;
-  std::map<std::string, SeriesData> series;  // series key -> points
-  std::vector<Mark> marks;
-  std::size_t firings = 0;
+  bool dirs_expanded = false;
+  const auto runs = expand_runs(opts.traces, dirs_expanded);
+  std::vector<Collected> collected(runs.size());
   bool error = false;
-  for (const auto& trace : opts.traces) {
-    vigil::TraceError open_error;
-    auto reader = vigil::open_trace(trace, open_error, {.step_column = opts.step_column});
-    if (!reader) {
-      print_err(open_error.format() + "\n");
-      error = true;
-      continue;
+  ordered_parallel(
+      runs.size(), worker_count(runs.size(), opts.jobs),
+      [&](std::size_t i) { collect(*program, read_names, runs[i], opts, collected[i]); },
+      [&](std::size_t i) {
+        print_err(collected[i].diagnostics);
+        error = error || collected[i].error;
+      });
+
+  ReportModel model;
+  model.rule_files = opts.rules;
+  model.points = opts.points;
+  for (const auto& rule : rules) model.rules.push_back(rule.name);
+  for (std::size_t t = 0; t < collected.size(); ++t) {
+    model.traces.push_back(collected[t].trace);
+    for (auto& f : collected[t].firings) {
+      f.trace = t;
+      model.firings.push_back(std::move(f));
     }
-    Replay replay(*program, trace);
-    vigil::Observation obs;
-    while (reader->next(obs)) {
-      for (const auto& [key, value] : obs.values) {
-        std::string name;
-        vigil::Labels labels;
-        if (!vigil::parse_series_key(key, name, labels)) continue;
-        name = std::string(program->resolve_alias(name));
-        if (!readers.count(name)) continue;
-        auto& data = series[vigil::format_series_key(name, labels)];
-        data.points.push_back({obs.step, value});
-        (obs.mode == "eval" ? data.eval : data.train) = true;
-      }
-      for (const auto& f : replay.feed(obs)) {
-        ++firings;
-        std::string labels = vigil::format_series_key("", *f.labels);
-        std::string actions;
-        for (const auto& a : *f.actions) actions += (actions.empty() ? "" : ", ") + a.name;
-        const std::string value = f.value ? number(*f.value) : "";
-        marks.push_back({f.step, f.rule_name(), f.severity,
-                         fmt::format("{} at step {} {} {}", f.rule_name(), f.step, labels, value)});
-        firings_html += fmt::format(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td style=\"color:{}\">{}</td><td>{}</td>"
-            "<td>{}</td><td>{}</td><td>{}</td></tr>\n",
-            escape(trace), f.step, escape(std::string(f.mode)), severity_color(f.severity),
-            vigil::to_string(f.severity), escape(f.rule_name()), escape(labels), value,
-            escape(actions));
-      }
+    collected[t].firings.clear();
+  }
+  name_traces(model.traces);
+
+  // Series keys by name, and each key's own firings (exact labels), which
+  // rank the label sets when a name has more than opts.top of them.
+  std::map<std::string, std::set<std::string>> keys_of;  // name -> keys
+  std::map<std::string, vigil::Labels> labels_of;
+  for (const auto& c : collected)
+    for (const auto& [key, s] : c.series) {
+      keys_of[s.name].insert(key);
+      labels_of.emplace(key, s.labels);
     }
-    if (const auto& e = reader->error()) {
-      print_err(e->format() + "\n");
-      error = true;
+  std::map<std::string, std::size_t> own_firings;
+  for (const auto& f : model.firings)
+    for (const auto& name : rules[f.rule].reads) {
+      const auto key = vigil::format_series_key(name, f.labels);
+      if (labels_of.count(key)) ++own_firings[key];
+    }
+
+  std::map<std::string, std::vector<std::size_t>> charts_of;  // name -> chart indices
+  for (const auto& [name, keys] : keys_of) {
+    std::vector<std::string> ranked(keys.begin(), keys.end());
+    std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
+      return own_firings[a] > own_firings[b];
+    });
+    const std::size_t shown = std::min(ranked.size(), std::max<std::size_t>(opts.top, 1));
+    if (shown < ranked.size()) {
+      ReportModel::Folded folded{name, shown, {}};
+      for (std::size_t k = shown; k < ranked.size(); ++k)
+        folded.hidden.emplace_back(ranked[k], own_firings[ranked[k]]);
+      model.folded.push_back(std::move(folded));
+    }
+    for (std::size_t k = 0; k < shown; ++k) {
+      ReportModel::Chart chart;
+      chart.key = ranked[k];
+      chart.name = name;
+      chart.labels = labels_of[ranked[k]];
+      bool eval = false, train = false;
+      for (std::size_t t = 0; t < collected.size(); ++t) {
+        const auto it = collected[t].series.find(ranked[k]);
+        if (it == collected[t].series.end()) continue;
+        eval = eval || it->second.eval;
+        train = train || it->second.train;
+        chart.lines.push_back({t, std::move(it->second.steps), std::move(it->second.values)});
+      }
+      chart.eval_only = eval && !train;
+      charts_of[name].push_back(model.charts.size());
+      model.charts.push_back(std::move(chart));
+    }
+  }
+  collected.clear();
+
+  // Each firing on the drawn charts of the series its rule reads whose labels
+  // include the firing's: at most (series read) x opts.top marks per firing.
+  for (std::size_t i = 0; i < model.firings.size(); ++i) {
+    const auto& f = model.firings[i];
+    for (const auto& name : rules[f.rule].reads) {
+      const auto it = charts_of.find(name);
+      if (it == charts_of.end()) continue;
+      for (auto c : it->second)
+        if (subset(f.labels, model.charts[c].labels)) model.charts[c].marks.push_back(i);
     }
   }
 
-  std::string html = fmt::format(
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-      "<title>rulecheck report</title>\n<style>body{{font-family:sans-serif;margin:24px;}}"
-      "table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ddd;padding:3px 8px;"
-      "text-align:left}}h2{{font-size:15px;margin:22px 0 4px}}</style></head><body>\n"
-      "<h1>rulecheck report</h1>\n<p>Rules: {}. Traces: {}. {} firing{}.</p>\n",
-      escape(fmt::format("{}", fmt::join(opts.rules, ", "))),
-      escape(fmt::format("{}", fmt::join(opts.traces, ", "))), firings, firings == 1 ? "" : "s");
-  if (firings > 0)
-    html += "<table><tr><th>trace</th><th>step</th><th>mode</th><th>severity</th><th>rule</th>"
-            "<th>labels</th><th>value</th><th>actions</th></tr>\n" +
-            firings_html + "</table>\n";
-  for (const auto& [key, data] : series) {
-    std::string name;
-    vigil::Labels labels;
-    vigil::parse_series_key(key, name, labels);
-    std::vector<Mark> mine;
-    const auto& rs = readers[name];
-    for (const auto& m : marks)
-      if (rs.count(m.rule)) mine.push_back(m);
-    html += fmt::format("<h2>{}{}</h2>\n", escape(key),
-                        data.eval && !data.train ? " <small>(eval)</small>" : "");
-    html += chart(key, data, mine);
-  }
-  if (series.empty()) html += "<p>None of the series the rules read appears in the traces.</p>\n";
-  html += "</body></html>\n";
-
+  const std::string html = render_report(model);
   std::ofstream out(opts.output, std::ios::binary);
-  if (!(out << html)) {
+  if (!(out << html) || !out.flush()) {
     print_err(fmt::format("rulecheck: cannot write '{}'\n", opts.output));
     return exit_error;
   }
-  print_err(fmt::format("wrote {}: {} firing{}, {} chart{}\n", opts.output, firings,
-                        firings == 1 ? "" : "s", series.size(), series.size() == 1 ? "" : "s"));
+  const auto firings = model.firings.size();
+  print_err(fmt::format("wrote {}: {} firing{}, {} chart{}, {} trace{}\n", opts.output, firings,
+                        firings == 1 ? "" : "s", model.charts.size(),
+                        model.charts.size() == 1 ? "" : "s", model.traces.size(),
+                        model.traces.size() == 1 ? "" : "s"));
   if (error) return exit_error;
   return firings > 0 ? exit_fired : exit_ok;
 }

@@ -6,10 +6,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fmt/format.h>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "tools/rulecheck/commands.hpp"
 #include "tools/rulecheck/common.hpp"
+#include "tools/rulecheck/runs.hpp"
 
 namespace rulecheck {
 namespace {
@@ -20,9 +23,53 @@ enum class Format { text, json };
 struct RunTotals {
   std::uint64_t firings = 0;
   std::uint64_t observations = 0;
-  std::set<std::string> rules_fired;
+  std::map<std::string, std::uint64_t> rules_fired;  // rule -> firings
   bool error = false;
+
+  void add(const RunTotals& other) {
+    firings += other.firings;
+    observations += other.observations;
+    for (const auto& [rule, n] : other.rules_fired) rules_fired[rule] += n;
+    error = error || other.error;
+  }
 };
+
+std::string plural(std::uint64_t n, std::string_view word) {
+  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
+}
+
+// "runs/a: 3 firings of 2 rules over 100 observations" (or the run's error).
+std::string run_summary(const std::string& trace, const RunTotals& t) {
+  return fmt::format("{}: {} of {} over {}{}\n", trace, plural(t.firings, "firing"),
+                     plural(t.rules_fired.size(), "rule"), plural(t.observations, "observation"),
+                     t.error ? " (error)" : "");
+}
+
+// Which rules fired where: a row per run, a column per rule that fired in any
+// run, firing counts in the cells ("-" for none), aligned for a terminal.
+std::string fired_where_table(const std::vector<std::string>& traces,
+                              const std::vector<RunTotals>& per_run) {
+  std::set<std::string> rules;
+  for (const auto& t : per_run)
+    for (const auto& [rule, _] : t.rules_fired) rules.insert(rule);
+  std::size_t first = 3;
+  for (const auto& trace : traces) first = std::max(first, trace.size());
+  std::string out = fmt::format("which rules fired where (firings per run):\n{:<{}}", "run", first);
+  for (const auto& rule : rules) out += fmt::format("  {}", rule);
+  out += '\n';
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    out += fmt::format("{:<{}}", traces[i], first);
+    for (const auto& rule : rules) {
+      const auto it = per_run[i].rules_fired.find(rule);
+      const std::string cell = per_run[i].error && it == per_run[i].rules_fired.end()
+                                   ? "error"
+                                   : it == per_run[i].rules_fired.end() ? "-" : std::to_string(it->second);
+      out += fmt::format("  {:>{}}", cell, rule.size());
+    }
+    out += '\n';
+  }
+  return out;
+}
 
 // A one-line progress bar on stderr while a trace is replayed, only when
 // stderr is a terminal (a log file or a pipe gets nothing). Redrawn at most
@@ -109,9 +156,12 @@ void tick_until(Replay& replay, double next, double every, Emit& emit) {
   for (double k = 1; last + k * step < next; ++k) emit(replay.tick(last + k * step));
 }
 
-// Replays one trace through a fresh engine, printing firings as they come.
+// Replays one trace through a fresh engine. With `stream`, firings are printed
+// as they come (and a progress bar drawn); otherwise they are appended to
+// `buffer`, for runs evaluated in parallel and printed in order afterwards.
 void run_trace(const vigil::Program& program, const std::string& trace, const RunOptions& opts,
-               Format format, bool multiple_traces, RunTotals& totals) {
+               Format format, bool multiple_traces, RunTotals& totals, bool stream,
+               std::string& buffer) {
   vigil::TraceError open_error;
   auto reader = vigil::open_trace(trace, open_error, {.step_column = opts.step_column});
   if (!reader) {
@@ -123,7 +173,8 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
   Replay replay(program, trace);
   std::string out;
   bool header_printed = false;
-  ProgressBar progress(*reader, trace);
+  std::optional<ProgressBar> progress;
+  if (stream) progress.emplace(*reader, trace);
 
   auto emit = [&](std::span<const vigil::Firing> firings) {
     if (firings.empty()) return;
@@ -134,18 +185,22 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
     }
     for (const auto& f : firings) {
       ++totals.firings;
-      totals.rules_fired.insert(f.rule_name());
+      ++totals.rules_fired[f.rule_name()];
       if (format == Format::json) print_firing_json(f, trace, out);
       else print_firing_text(f, replay.engine(), opts.explain, out);
     }
-    progress.clear();
+    if (!stream) {
+      buffer += out;
+      return;
+    }
+    progress->clear();
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fflush(stdout);  // before the bar is drawn again on the same terminal
   };
 
   vigil::Observation obs;
   while (reader->next(obs)) {
-    progress.tick();
+    if (progress) progress->tick();
     // Series outside the window still "appear in the trace" for the warning above.
     if (obs.step < opts.from || obs.step > opts.to) {
       replay.note(obs);
@@ -156,8 +211,8 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
     if (opts.tick > 0) tick_until(replay, obs.time, opts.tick, emit);
     emit(replay.feed(obs));
   }
-  progress.clear();
-  std::fflush(stdout);
+  if (progress) progress->clear();
+  if (stream) std::fflush(stdout);
 
   if (const auto& error = reader->error()) {
     // Firings of the valid prefix are already printed; the damage is an
@@ -189,9 +244,49 @@ int run_run(const RunOptions& opts) {
   if (!program) return exit_error;
 
   const Format format = opts.format == "json" ? Format::json : Format::text;
+  bool dirs_expanded = false;
+  const auto runs = expand_runs(opts.traces, dirs_expanded);
   RunTotals totals;
-  for (const auto& trace : opts.traces)
-    run_trace(*program, trace, opts, format, opts.traces.size() > 1, totals);
+  if (runs.size() == 1 && runs.front().error.empty()) {
+    // One run: stream firings as they come, with a progress bar on a terminal.
+    std::string unused;
+    run_trace(*program, runs.front().trace, opts, format, false, totals, true, unused);
+  } else {
+    // Several runs: each on its own engine in a worker; output (firings on
+    // stdout, diagnostics and a summary line on stderr) printed run by run in
+    // input order as soon as every earlier run is done.
+    struct Result {
+      RunTotals totals;
+      std::string out, err;
+    };
+    std::vector<Result> results(runs.size());
+    std::vector<RunTotals> per_run(runs.size());
+    std::vector<std::string> names;
+    for (const auto& r : runs) names.push_back(r.trace);
+    ordered_parallel(
+        runs.size(), worker_count(runs.size(), opts.jobs),
+        [&](std::size_t i) {
+          auto& r = results[i];
+          ErrCapture capture(r.err);
+          if (!runs[i].error.empty()) {
+            print_err(fmt::format("{}: {}\n", runs[i].trace, runs[i].error));
+            r.totals.error = true;
+            return;
+          }
+          run_trace(*program, runs[i].trace, opts, format, true, r.totals, false, r.out);
+        },
+        [&](std::size_t i) {
+          auto& r = results[i];
+          std::fwrite(r.out.data(), 1, r.out.size(), stdout);
+          std::fflush(stdout);
+          print_err(r.err);
+          print_err(run_summary(runs[i].trace, r.totals));
+          totals.add(r.totals);
+          per_run[i] = std::move(r.totals);
+          r = Result{};  // a sweep's output is not held twice
+        });
+    print_err(fired_where_table(names, per_run));
+  }
 
   print_err(fmt::format("{} firing{} of {} rule{} over {} observation{}\n", totals.firings,
                         totals.firings == 1 ? "" : "s", totals.rules_fired.size(),
