@@ -6,6 +6,8 @@
 // Ownership: a File owns its whole tree through unique_ptrs. Nodes are not
 // shared. The tree depth is bounded by the parser (see parser.hpp), so
 // recursive walks over it cannot exhaust the stack.
+//
+// Owns: the syntax types. Must not touch: names, types, or any later stage.
 #pragma once
 
 #include <memory>

@@ -1,4 +1,6 @@
 // SourceSet, diagnostic rendering and "did you mean" suggestions.
+//
+// Owns: diagnostic rendering and suggestions. Must not touch: any stage's logic.
 #include "vigil/diagnostic.hpp"
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 // The Vigil rule language as a PEGTL 3.2 grammar. Internal to grammar/: only
-// parser.cpp includes it, and no PEGTL type leaves this folder.
+// the parser's files (parse_state.hpp, recovery.cpp) include it, and no PEGTL
+// type leaves this folder.
 //
 // One struct per production, its EBNF in the comment next to it. `ws` (blanks,
 // newlines and `#` comments) separates tokens; newlines mean nothing else.
@@ -12,6 +13,8 @@
 // be backtracked over: wherever two alternatives share a prefix (selector vs
 // call, duration vs number, named vs positional argument), an action-free
 // `at<>` look-ahead decides first.
+//
+// Owns: the grammar and its messages. Must not touch: AST building (the actions' job).
 #pragma once
 
 #include <cstddef>

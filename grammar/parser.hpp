@@ -29,6 +29,8 @@
 //   auto id = sources.add("train.rules", "when loss > 10 do stop\n");
 //   ParseResult r = grammar::parse(sources, id);
 //   if (!r.ok()) std::cerr << format_diagnostics(r.diagnostics, sources);
+//
+// Owns: the parser's contract. Must not touch: checking.
 #pragma once
 
 #include <cstdint>

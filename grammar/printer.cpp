@@ -4,6 +4,8 @@
 // anonymous rules and `use`), selectors print with braces, and a
 // subexpression gets parentheses exactly when its precedence (or
 // associativity) would otherwise change the tree on re-parsing.
+//
+// Owns: canonical text. Must not touch: checking or the grammar.
 #include <charconv>
 #include <cmath>
 #include <string>

@@ -8,6 +8,8 @@
 // for each `use`, and produces fully bound rules.
 // Every problem becomes a Diagnostic; checking goes on after an error so that
 // all errors of all files are reported (up to options.max_errors).
+//
+// Owns: the checker's interface. Must not touch: planning or evaluation.
 #pragma once
 
 #include <map>

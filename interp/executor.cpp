@@ -20,7 +20,7 @@ Executor::Executor(const Plan& plan) : plan_(&plan) {
   args_.reserve(16);
 }
 
-bool Executor::touched(std::uint32_t id) const {
+inline bool Executor::touched(std::uint32_t id) const {
   const PlanNode& n = plan_->nodes[id];
   if (force_ || n.time_dependent) return true;
   if (n.selector != no_node) {
@@ -80,7 +80,7 @@ std::optional<double> Executor::element(std::uint32_t id, std::uint32_t label) c
   return c.values[static_cast<std::size_t>(it - c.labels.begin())];
 }
 
-void Executor::eval_selector(const PlanNode& n, Column& out) {
+inline void Executor::eval_selector(const PlanNode& n, Column& out) {
   for (SeriesId sid : store_->members[n.selector]) {
     const Series& s = store_->series[sid];
     if (s.hist.size == 0) continue;
@@ -89,7 +89,7 @@ void Executor::eval_selector(const PlanNode& n, Column& out) {
 }
 
 /// default(x, v): x's elements if it has any, else v's.
-void Executor::eval_fallback(const PlanNode& n, Column& out) {
+inline void Executor::eval_fallback(const PlanNode& n, Column& out) {
   const bool has_x = !columns_[n.inputs[0]].values.empty();
   const std::uint32_t from = n.inputs[has_x ? 0 : 1];
   const Column& c = columns_[from];
@@ -98,7 +98,7 @@ void Executor::eval_fallback(const PlanNode& n, Column& out) {
   copy_fresh(from, out);
 }
 
-void Executor::eval_aggregate(const PlanNode& n, Column& out) {
+inline void Executor::eval_aggregate(const PlanNode& n, Column& out) {
   const Column& in = columns_[n.inputs[0]];
   if (in.values.empty()) return;
   bool fresh = false;
@@ -106,7 +106,7 @@ void Executor::eval_aggregate(const PlanNode& n, Column& out) {
   out.push(0, n.fn->aggregate(in.values), fresh);
 }
 
-void Executor::eval_stateful(std::uint32_t id, const PlanNode& n, Column& out) {
+inline void Executor::eval_stateful(std::uint32_t id, const PlanNode& n, Column& out) {
   const Column& in = columns_[n.inputs[0]];
   auto& sl = slots[id];
   if (sl.size() < store_->labelsets.size()) sl.resize(store_->labelsets.size());

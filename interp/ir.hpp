@@ -5,6 +5,8 @@
 //
 // The IR is a tree owned by the Rule; the planner turns the trees of all
 // rules into one shared DAG.
+//
+// Owns: the IR types. Must not touch: parsing (grammar/) or planning.
 #pragma once
 
 #include <cstdint>

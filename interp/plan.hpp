@@ -6,6 +6,8 @@
 // elimination), constant subtrees are folded, and each selector records how
 // much history its series must keep (the longest window read through it),
 // so the executor sizes its ring buffers ahead of time.
+//
+// Owns: the plan's data types. Must not touch: evaluation (executor) or rule state.
 #pragma once
 
 #include <re2/re2.h>

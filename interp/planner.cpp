@@ -1,4 +1,7 @@
 // IR trees -> one DAG with shared subexpressions and folded constants.
+//
+// Owns: the DAG build (CSE, folding, retention, decisions). Must not touch: names or types
+// (the checker has settled them) or run-time state.
 #include <cmath>
 #include <cstring>
 #include <fmt/format.h>

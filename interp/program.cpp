@@ -1,4 +1,7 @@
 // compile_* entry points: text -> checked IR -> plan -> Program.
+//
+// Owns: the compile_* entry points and Program accessors. Must not touch: checking or
+// planning logic (it sequences them) or engine state.
 #include <algorithm>
 #include <charconv>
 #include <cmath>

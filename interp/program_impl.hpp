@@ -1,4 +1,6 @@
 // What a compiled Program holds. Internal to the library.
+//
+// Owns: the Program's contents. Must not touch: engine state (an engine holds its own).
 #pragma once
 
 #include <map>

@@ -6,6 +6,9 @@
 // time. Accumulation is in double; the variance uses sums shifted by the
 // first element, which keeps it exact for constant tensors and accurate for
 // data far from zero.
+//
+// Owns: the stats kernels and their combine. Must not touch: series, the engine, or
+// which stats a rule reads (tensor_feed decides).
 #include <algorithm>
 #include <array>
 #include <bit>

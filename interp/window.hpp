@@ -10,6 +10,7 @@
 // on the stack (explain) sees exactly what the executor saw.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -61,10 +62,63 @@ struct History {
   }
 };
 
+namespace window_detail {
+
+/// Whether some held sample newer than the oldest satisfies `outside`
+/// (lies before a window). `ordered`: the samples are in that order, so
+/// the first one that does not satisfy it ends the search.
+template <class Outside>
+inline bool newer_outside(const History& h, bool ordered, Outside outside) {
+  for (std::size_t i = 1; i < h.size; ++i) {
+    if (outside(h.at(i))) return true;
+    if (ordered) return false;
+  }
+  return false;
+}
+
+/// Whether the oldest held sample must survive the next push.
+inline bool still_needed(const History& h, const Retention& need, const Clock& clock) {
+  if (h.size < need.count) return true;
+  const std::size_t oldest = h.at(0);
+  if (need.steps > 0) {
+    // A later observation of another mode may have a lower step than this
+    // one, so step windows keep what the lowest current step of any mode
+    // seen so far could still reach.
+    const double bound = static_cast<double>(clock.low_step) - need.steps;
+    auto outside = [&](std::size_t p) { return static_cast<double>(h.step[p]) <= bound; };
+    if (!outside(oldest)) return true;
+    // `before` needs the newest sample outside the window: the oldest
+    // stays until a newer one is outside too.
+    if (need.preceding_steps && !newer_outside(h, h.steps_sorted, outside)) return true;
+  }
+  if (need.seconds > 0) {
+    // Samples without a time are in no time window and never `before` one.
+    const double bound = clock.last_time - need.seconds;
+    if (h.time[oldest] > bound) return true;
+    if (need.preceding_seconds && !std::isnan(h.time[oldest]) &&
+        !newer_outside(h, false, [&](std::size_t p) { return h.time[p] <= bound; }))
+      return true;
+  }
+  if (need.evals > 0 && h.mode[oldest] == eval_mode && h.evals <= need.evals) return true;
+  return false;
+}
+
+}  // namespace window_detail
+
 /// Appends `v` as a sample of the observation `clock` describes, growing the
 /// buffer while its oldest sample is still needed by `need` (warm-up;
-/// bounded at 2^24 samples). Allocates only when it grows.
-void push(History& h, const Retention& need, double v, const Clock& clock);
+/// bounded at 2^24 samples). Allocates only when it grows. Inline: it runs
+/// once per sample on the hot path.
+inline void push(History& h, const Retention& need, double v, const Clock& clock) {
+  if (h.size == h.cap) {
+    if (window_detail::still_needed(h, need, clock) && h.cap < (std::size_t{1} << 24))
+      h.reserve(h.cap * 2);
+    else if (h.mode[h.at(0)] == eval_mode)
+      --h.evals;
+  }
+  h.put(v, clock.step, clock.time, clock.mode);
+  if (clock.mode == eval_mode) ++h.evals;
+}
 
 /// Reads windows of histories. Owns the scratch the kernels and gathered
 /// (non-contiguous) windows use: a returned Window is valid until the next

@@ -4,6 +4,9 @@
 // NaN; count/first/last/changes look at samples as they are. Sums use
 // Neumaier compensation; variances use Welford's update, which keeps equal
 // samples at exactly zero variance.
+//
+// Owns: the built-in kernels and their records. Must not touch: series, windows' bounds
+// (window.cpp) or rule state.
 #include "stdlib/functions.hpp"
 
 #include <algorithm>

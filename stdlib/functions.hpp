@@ -8,6 +8,8 @@
 // over plain data so the executor can call them once per element without
 // virtual dispatch, and so detector state is trivially copyable (engine
 // state save/restore is a memcpy of it).
+//
+// Owns: the registry's types. Must not touch: checking or the executor's columns.
 #pragma once
 
 #include <cstddef>

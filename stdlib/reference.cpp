@@ -1,4 +1,6 @@
 // docs/functions.md, rendered from the registry.
+//
+// Owns: rendering the registry as Markdown. Must not touch: the registry's contents.
 #include <fmt/format.h>
 
 #include "stdlib/functions.hpp"

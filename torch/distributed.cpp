@@ -1,4 +1,6 @@
 // c10d helpers for multi-process jobs (include/vigil/torch_distributed.hpp).
+//
+// Owns: c10d glue. Must not touch: the monitor or the engine.
 #include "vigil/torch_distributed.hpp"
 
 #include <ATen/ATen.h>

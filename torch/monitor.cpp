@@ -1,5 +1,7 @@
 // vigil::torch::Monitor: the libtorch side of Vigil. The only translation unit
 // of the adapter that includes <torch/torch.h> (9 s to parse).
+//
+// Owns: the libtorch side. Must not touch: rule evaluation (the engine does it).
 #include "vigil/torch.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -1,4 +1,6 @@
 // Shared output and replay for the rulecheck subcommands.
+//
+// Owns: what the subcommands share. Must not touch: any one subcommand's output format.
 #include "tools/rulecheck/common.hpp"
 
 #include <cmath>

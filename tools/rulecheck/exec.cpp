@@ -2,6 +2,8 @@
 // bounded wait. The watch loop is single-threaded, so everything here polls
 // (10 ms steps) instead of blocking: a command that never reads its stdin or
 // never exits must not stop the watch.
+//
+// Owns: running commands. Must not touch: firings beyond formatting their environment.
 #include "tools/rulecheck/exec.hpp"
 
 #include <cerrno>

@@ -15,6 +15,8 @@
 // (diagnostics, warnings, the summary) to stderr, so stdout stays machine-readable.
 //
 // This is the only translation unit that includes CLI11 (it is slow to compile).
+//
+// Owns: the command line. Must not touch: what a subcommand does (its own file).
 
 #include <cstdio>
 #include <exception>

@@ -15,6 +15,8 @@
 // other sections, indented lines continue the section's paragraph. A
 // template without a block, a block without a template, or parameters that
 // disagree are errors (exit status 2), so the docs cannot drift.
+//
+// Owns: the stdlib command. Must not touch: the templates themselves (stdlib/*.rules).
 
 #include <algorithm>
 #include <cstdio>

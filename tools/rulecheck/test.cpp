@@ -6,6 +6,8 @@
 // to stdout (`PASS name` / `FAIL name` with expected vs got and the rule's
 // timeline, then `N passed, M failed`); diagnostics about the files go to
 // stderr. Exit status 0 all passed, 1 a test failed, 2 a file error.
+//
+// Owns: evaluating .rtest tests. Must not touch: parsing them (test_format.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

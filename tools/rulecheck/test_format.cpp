@@ -4,6 +4,8 @@
 // comment (outside quotes), and `rules inline:` takes the following lines
 // verbatim up to a line `end`. Each malformed line gives one diagnostic and
 // parsing goes on, so a file shows all its mistakes at once.
+//
+// Owns: the .rtest syntax. Must not touch: engines.
 #include "tools/rulecheck/test_format.hpp"
 
 #include <algorithm>

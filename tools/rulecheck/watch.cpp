@@ -7,6 +7,8 @@
 // only set a flag; every wait in here (the poll sleep, an --exec command)
 // checks it, so SIGINT/SIGTERM end the watch within ~10 ms plus the command's
 // grace period.
+//
+// Owns: following a trace. Must not touch: rule evaluation (the engine) or --exec (exec.cpp).
 #include <sys/stat.h>
 
 #include <cerrno>
