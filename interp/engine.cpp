@@ -33,6 +33,55 @@ bool is_ident_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':';
 }
 
+// At rest[j] == 'u' of a \uXXXX escape: appends the code point as UTF-8 and
+// leaves j on the escape's last hex digit. A high surrogate must be followed
+// by \u and a low one. False if malformed.
+bool decode_unicode_escape(std::string_view rest, std::size_t& j, std::string& out) {
+  auto hex4 = [&](std::size_t at, std::uint32_t& v) {
+    if (at + 4 > rest.size()) return false;
+    v = 0;
+    for (std::size_t k = at; k < at + 4; ++k) {
+      const char c = rest[k];
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
+      if (d < 0) return false;
+      v = v * 16 + static_cast<std::uint32_t>(d);
+    }
+    return true;
+  };
+  std::uint32_t cp = 0;
+  if (!hex4(j + 1, cp)) return false;
+  j += 4;
+  if (cp >= 0xD800 && cp <= 0xDBFF) {
+    std::uint32_t low = 0;
+    if (j + 2 >= rest.size() || rest[j + 1] != '\\' || rest[j + 2] != 'u' || !hex4(j + 3, low) ||
+        low < 0xDC00 || low > 0xDFFF)
+      return false;
+    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+    j += 6;
+  } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+    return false;
+  }
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return true;
+}
+
 }  // namespace
 
 bool parse_series_key(std::string_view key, std::string& name, Labels& labels) {
@@ -52,7 +101,13 @@ bool parse_series_key(std::string_view key, std::string& name, Labels& labels) {
     for (; j < rest.size() && rest[j] != '"'; ++j) {
       if (rest[j] == '\\') {
         if (++j >= rest.size()) return false;
-        value += rest[j] == 'n' ? '\n' : rest[j];
+        if (rest[j] == 'u') {
+          // \uXXXX (and a surrogate pair), as JSON and Prometheus write
+          // label values: decoded to UTF-8, never dropped.
+          if (!decode_unicode_escape(rest, j, value)) return false;
+          continue;
+        }
+        value += rest[j] == 'n' ? '\n' : rest[j] == 't' ? '\t' : rest[j];
       } else {
         value += rest[j];
       }
@@ -307,7 +362,15 @@ struct Engine::Impl {
     using is_transparent = void;
     std::size_t operator()(std::string_view k) const { return std::hash<std::string_view>{}(k); }
   };
-  std::unordered_map<std::string, SeriesId, KeyHash, std::equal_to<>> series_ids;  std::vector<TensorSeries> tensors;
+  std::unordered_map<std::string, SeriesId, KeyHash, std::equal_to<>> series_ids;  // rule-side keys
+  std::unordered_map<std::string, std::optional<SeriesId>, KeyHash, std::equal_to<>> trace_ids;
+  struct TraceOwner {
+    std::string key;  // the trace series (canonical trace key) read into a series
+    bool exact = false;  // read under its own name, not through an alias
+    std::vector<std::string> raw_keys;  // its spellings in trace_ids
+  };
+  std::unordered_map<SeriesId, TraceOwner> owners;
+  std::vector<TensorSeries> tensors;
   std::unordered_map<std::string, TensorId, KeyHash, std::equal_to<>> tensor_ids;
   std::vector<Sample> with_tensors;  // samples + derived stats of one observe
   // Multi-process (EngineOptions::allgather): this process's stats of the
@@ -390,19 +453,52 @@ struct Engine::Impl {
     return id;
   }
 
-  std::optional<SeriesId> intern_series(std::string_view key) {
+  /// A series by its rule-side key (aliases already applied): derived
+  /// tensor stats and restored state.
+  std::optional<SeriesId> intern_rule_series(std::string_view key) {
     if (auto it = series_ids.find(key); it != series_ids.end()) return it->second;
     std::string name;
     Labels labels;
     if (!parse_series_key(key, name, labels)) return std::nullopt;
-    name = std::string(program.resolve_alias(name));  // `alias loss = train/loss`
     std::string canonical = format_series_key(name, labels);
-    if (auto it = series_ids.find(canonical); it != series_ids.end()) {
-      series_ids.emplace(std::string(key), it->second);
-      return it->second;
+    if (auto it = series_ids.find(canonical); it != series_ids.end()) return it->second;
+    return add_series(canonical, name, labels);
+  }
+
+  /// A trace's series key -> the series the rules read (aliases applied).
+  /// Trace keys are cached apart from rule-side keys, so an alias's target is
+  /// never looked up as a trace name again: aliases are one simultaneous
+  /// renaming (`alias a = b` + `alias b = c` reads trace `c` as `b`, never as
+  /// `a`). Two trace series landing on one name: an exact name beats an alias
+  /// (from its first appearance on), otherwise the first to appear keeps the
+  /// name; the loser's key gives nullopt (SPEC: docs/language.md, alias).
+  std::optional<SeriesId> intern_series(std::string_view key) {
+    if (auto it = trace_ids.find(key); it != trace_ids.end()) return it->second;
+    std::string name;
+    Labels labels;
+    if (!parse_series_key(key, name, labels)) return std::nullopt;
+    const std::string_view rule_name = program.resolve_alias(name);
+    const bool exact = rule_name == name;
+    std::string trace_canonical = format_series_key(name, labels);
+    const std::string canonical = format_series_key(rule_name, labels);
+    std::optional<SeriesId> id;
+    if (auto it = series_ids.find(canonical); it == series_ids.end()) {
+      id = add_series(canonical, std::string(rule_name), labels);
+      owners.emplace(*id, TraceOwner{std::move(trace_canonical), exact, {std::string(key)}});
+    } else {
+      id = it->second;
+      auto [o, added] = owners.try_emplace(*id, TraceOwner{trace_canonical, exact, {}});
+      if (!added && o->second.key != trace_canonical) {
+        if (exact && !o->second.exact) {
+          for (const auto& k : o->second.raw_keys) trace_ids[k] = std::nullopt;
+          o->second = TraceOwner{std::move(trace_canonical), true, {}};
+        } else {
+          id = std::nullopt;
+        }
+      }
+      if (id) o->second.raw_keys.emplace_back(key);
     }
-    SeriesId id = add_series(canonical, name, labels);
-    if (canonical != key) series_ids.emplace(std::string(key), id);
+    trace_ids.emplace(std::string(key), id);
     return id;
   }
 
@@ -417,7 +513,7 @@ struct Engine::Impl {
                                     [&](const auto& sel) { return sel.selector.name == derived; });
       if (!read) continue;
       t.mask |= stat_bit(stat);
-      t.derived[i] = *intern_series(format_series_key(derived, t.labels));
+      t.derived[i] = *intern_rule_series(format_series_key(derived, t.labels));
     }
     t.needs_prev = (t.mask & update_stats) != 0;
     // Parameterised stats: the selector name is the canonical derived name
@@ -425,7 +521,7 @@ struct Engine::Impl {
     for (const auto& sel : plan->selectors) {
       ParamStatRef ref;
       if (!parse_param_stat_series(sel.selector.name, ref) || ref.tensor != t.name) continue;
-      const SeriesId sid = *intern_series(format_series_key(sel.selector.name, t.labels));
+      const SeriesId sid = *intern_rule_series(format_series_key(sel.selector.name, t.labels));
       if (std::any_of(t.params.begin(), t.params.end(), [&](const auto& p) { return p.series == sid; }))
         continue;  // several selectors (other matchers) read the same series
       TensorSeries::ParamRequest req;
@@ -1456,7 +1552,7 @@ struct Engine::Impl {
     Impl fresh(program, options);
     fresh.callbacks = callbacks;
     fresh.bindings_checked = bindings_checked;
-    for (const auto& s : series) fresh.intern_series(format_series_key(s.name, *labelsets[s.labels]));
+    for (const auto& s : series) fresh.intern_rule_series(format_series_key(s.name, *labelsets[s.labels]));
     for (const auto& t : tensors) fresh.intern_tensor(format_series_key(t.name, t.labels));
 
     fresh.modes.clear();
@@ -1475,7 +1571,7 @@ struct Engine::Impl {
       label_map.push_back(fresh.intern_labels(labels));
     }
     for (auto n = r.count(); n-- > 0;) {
-      auto id = fresh.intern_series(r.str());
+      auto id = fresh.intern_rule_series(r.str());
       if (!id) throw Error("engine state is corrupt (series)");
       Series& s = fresh.series[*id];
       s.stamp = r.pod<std::uint64_t>();

@@ -22,6 +22,7 @@ struct RunOptions {
   std::string step_column;           // CSV step column (TraceOptions::step_column)
   std::vector<std::string> aliases;  // `NEW=OLD`: trace series OLD read as NEW
   double tick = 0;  // seconds between clock ticks inserted into time gaps; 0: none
+  std::uint64_t max_line = std::uint64_t{64} << 20;  // TraceOptions::max_line_bytes
 };
 
 /// `rulecheck watch`: follow one growing trace.
@@ -38,6 +39,7 @@ struct WatchOptions {
   bool explain = false;
   std::string step_column;
   std::vector<std::string> aliases;
+  std::uint64_t max_line = std::uint64_t{64} << 20;  // TraceOptions::max_line_bytes
 };
 
 /// `rulecheck test`: rule unit tests in .rtest files (docs/rtest.md).

@@ -4,7 +4,7 @@
 //   rulecheck test TESTFILES... [--strict]
 //   rulecheck run RULES... --trace PATH... [--format text|json] [--param k=v]...
 //                 [--explain] [--from STEP] [--to STEP] [--keep-going]
-//                 [--step-column NAME] [--alias NEW=OLD]... [--tick S]
+//                 [--step-column NAME] [--alias NEW=OLD]... [--tick S] [--max-line BYTES]
 //   rulecheck watch RULES... --trace PATH [--exec CMD] [--poll MS] [--timeout S] ...
 //   rulecheck stdlib [NAME] [--markdown]
 //
@@ -32,11 +32,52 @@ using namespace rulecheck;
 
 // Usage errors: the message, then the help of the command that was being
 // parsed, on stderr; always exit status 2 (CLI11 would use its own codes).
+// A bad option value gets its message and the usage line only: the whole
+// help would bury the one line that matters.
 int usage_error(const CLI::App& app, const CLI::Error& e) {
   const CLI::App* target = &app;
   for (const CLI::App* sub : app.get_subcommands()) target = sub;
-  print_err(fmt::format("rulecheck: {}\n\n{}", e.what(), target->help()));
+  const std::string help = target->help();
+  if (dynamic_cast<const CLI::ValidationError*>(&e) != nullptr) {
+    const auto at = help.find("Usage:");
+    const std::string usage =
+        at == std::string::npos ? std::string() : help.substr(at, help.find('\n', at) - at);
+    print_err(fmt::format("rulecheck: {}\n{}\nrun '{} --help' for the options\n", e.what(), usage,
+                          target == &app ? "rulecheck" : "rulecheck " + target->get_name()));
+    return exit_error;
+  }
+  print_err(fmt::format("rulecheck: {}\n\n{}", e.what(), help));
   return exit_error;
+}
+
+// Seconds (or any quantity) that must be a finite number >= 0 (> 0 if
+// `positive`). CLI11's NonNegativeNumber prints its range as a 300-digit
+// number and accepts nan.
+CLI::Validator seconds(bool positive) {
+  return CLI::Validator(
+      [positive](std::string& text) -> std::string {
+        double v = 0;
+        const bool number = parse_finite(text, v);
+        if (!number || v < 0 || (positive && v == 0))
+          return fmt::format("must be a {} number of seconds, got '{}'",
+                             positive ? "positive" : "non-negative", text);
+        return {};
+      },
+      positive ? "SECONDS>0" : "SECONDS>=0");
+}
+
+// --max-line: bytes, with an optional K/M/G (KiB/MiB/GiB) suffix.
+CLI::Validator byte_size() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::uint64_t v = 0;
+        if (!parse_byte_size(text, v) || v == 0)
+          return fmt::format("must be a positive size in bytes (K, M, G suffixes allowed), got '{}'",
+                             text);
+        text = std::to_string(v);
+        return {};
+      },
+      "BYTES");
 }
 
 }  // namespace
@@ -54,7 +95,7 @@ int main(int argc, char** argv) {
   RunOptions run_opts;
   auto* run = app.add_subcommand("run", "dry-run rules over recorded traces");
   run->add_option("RULES", run_opts.rules, "rule files")->required();
-  run->add_option("--trace", run_opts.traces, "trace files (format detected from content)")
+  run->add_option("--trace", run_opts.traces, "trace files (format detected from content; - for standard input)")
       ->required()
       ->expected(1, -1);
   run->add_option("--format", run_opts.format, "output format")
@@ -71,7 +112,10 @@ int main(int argc, char** argv) {
   run->add_option("--tick", run_opts.tick,
                   "replay time gaps as a live monitor polling every S seconds would see them "
                   "(clock ticks for age(...) rules)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds(false));
+  run->add_option("--max-line", run_opts.max_line,
+                  "longest JSONL line / CSV record read, in bytes (K, M, G suffixes; default 64M)")
+      ->check(byte_size());
   run->add_option("--alias", run_opts.aliases,
                   "read trace series OLD as NEW, NEW=OLD (repeatable; overrides alias statements)")
       ->allow_extra_args(false)
@@ -86,11 +130,14 @@ int main(int argc, char** argv) {
                     "run CMD (/bin/sh -c) for each firing: VIGIL_* variables, JSON on stdin");
   watch->add_option("--exec-timeout", watch_opts.exec_timeout,
                     "seconds before an --exec command is killed (default 30)")
-      ->check(CLI::PositiveNumber);
+      ->check(seconds(true));
   watch->add_option("--poll", watch_opts.poll_ms, "milliseconds between reads (default 500)")
       ->check(CLI::Range(1, 3'600'000));
   watch->add_option("--timeout", watch_opts.timeout, "stop after S seconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds(false));
+  watch->add_option("--max-line", watch_opts.max_line,
+                    "longest JSONL line / CSV record read or buffered, in bytes (default 64M)")
+      ->check(byte_size());
   bool from_start = false;  // the default; the flag exists to say so explicitly
   auto* from_start_flag = watch->add_flag("--from-start", from_start,
                                           "report firings of what is already written (default)");
