@@ -1,6 +1,9 @@
 // compile_* entry points: text -> checked IR -> plan -> Program.
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
+#include <limits>
 #include <cmath>
 #include <filesystem>
 #include <fmt/format.h>
@@ -120,11 +123,16 @@ CompileResult compile_files(const std::vector<std::string>& paths, const Compile
   CompileResult result;
   for (const auto& path : paths) {
     std::ifstream in(path, std::ios::binary);
+    const int open_errno = errno;
     std::error_code ec;
     if (!in || std::filesystem::is_directory(path, ec)) {
-      std::uint32_t id = result.sources.add(path, "");
-      result.diagnostics.push_back(
-          {DiagLevel::error, "io", fmt::format("cannot read rule file '{}'", path), id, {}, {}, {}});
+      // No source text, so no file id: the diagnostic prints without an
+      // empty source line and caret, and says why (the OS's reason).
+      const std::string reason =
+          in ? std::string("is a directory") : std::string(std::strerror(open_errno));
+      result.diagnostics.push_back({DiagLevel::error, "io",
+                                    fmt::format("cannot read rule file '{}': {}", path, reason),
+                                    std::numeric_limits<std::uint32_t>::max(), {}, {}, {}});
       continue;
     }
     std::stringstream text;

@@ -113,7 +113,8 @@ void tick_until(Replay& replay, double next, double every, Emit& emit) {
 void run_trace(const vigil::Program& program, const std::string& trace, const RunOptions& opts,
                Format format, bool multiple_traces, RunTotals& totals) {
   vigil::TraceError open_error;
-  auto reader = vigil::open_trace(trace, open_error, {.step_column = opts.step_column});
+  auto reader = vigil::open_trace(
+      trace, open_error, {.step_column = opts.step_column, .max_line_bytes = opts.max_line});
   if (!reader) {
     print_err(open_error.format() + "\n");
     totals.error = true;

@@ -74,10 +74,12 @@ std::vector<std::pair<std::string, std::string>> firing_environment(const vigil:
   return {
       {"VIGIL_RULE", f.rule_name()},
       {"VIGIL_STEP", std::to_string(f.step)},
-      {"VIGIL_MODE", std::string(f.mode)},
+      {"VIGIL_MODE", escape_controls(f.mode)},
       {"VIGIL_TIME", std::isfinite(f.time) ? env_number(f.time) : ""},
       {"VIGIL_SEVERITY", std::string(vigil::to_string(f.severity))},
-      {"VIGIL_LABELS", f.labels != nullptr ? vigil::format_series_key("", *f.labels) : ""},
+      // Escaped: a NUL in a label value would end the variable there.
+      {"VIGIL_LABELS",
+       f.labels != nullptr ? escape_controls(vigil::format_series_key("", *f.labels)) : ""},
       {"VIGIL_VALUE", f.value ? env_number(*f.value) : ""},
       {"VIGIL_ACTIONS", actions},
       {"VIGIL_PENDING_SINCE", std::to_string(f.pending_since)},
@@ -155,7 +157,9 @@ class Watcher {
     }
     vigil::TraceError error;
     reader_ = vigil::open_trace(opts_.trace, error,
-                                {.step_column = opts_.step_column, .follow = true});
+                                {.step_column = opts_.step_column,
+                                 .follow = true,
+                                 .max_line_bytes = opts_.max_line});
     if (!reader_) {
       // A first line still being written may not tell its format yet; give up
       // only when the file stopped growing and still cannot be read.
@@ -288,6 +292,12 @@ class Watcher {
 }  // namespace
 
 int run_watch(const WatchOptions& opts) {
+  if (opts.trace == "-") {
+    // Following needs a file to look at again (growth, rotation); a pipe is
+    // read to its end by `run`.
+    print_err("rulecheck: watch follows a file; to read standard input use 'rulecheck run --trace -'\n");
+    return exit_error;
+  }
   vigil::CompileOptions compile_options;
   if (!parse_params(opts.params, compile_options.params)) return exit_error;
   if (!parse_aliases(opts.aliases, compile_options.aliases)) return exit_error;
