@@ -16,6 +16,8 @@
 
 namespace vigil::trace_io {
 
+bool overflows_double(std::string_view token);  // trace/io.hpp
+
 /// A number, or one of the non-finite spellings "NaN", "Infinity",
 /// "-Infinity" (what the bare tokens become once quoted); nullopt otherwise.
 template <class Json>
@@ -26,6 +28,9 @@ std::optional<double> json_number(const Json& v) {
     if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
     if (s == "Infinity") return std::numeric_limits<double>::infinity();
     if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
+    // A literal too large for a double, quoted by quote_bare_non_finite.
+    if (overflows_double(s)) return s.front() == '-' ? -std::numeric_limits<double>::infinity()
+                                                     : std::numeric_limits<double>::infinity();
   }
   return std::nullopt;
 }

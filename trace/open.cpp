@@ -2,6 +2,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
@@ -12,6 +15,14 @@
 namespace vigil {
 
 namespace trace_io {
+
+bool overflows_double(std::string_view token) {
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
+  if (ec != std::errc::result_out_of_range || ptr != token.data() + token.size()) return false;
+  const std::string copy(token);
+  return std::isinf(std::strtod(copy.c_str(), nullptr));  // not an underflow to 0
+}
 
 namespace {
 bool is_word_char(char c) {
@@ -58,6 +69,29 @@ bool quote_bare_non_finite(std::string_view in, std::string& out, std::vector<st
         replaced = changed = true;
         break;
       }
+    }
+    if (!replaced && (c == '-' || (c >= '0' && c <= '9')) && (i == 0 || !is_word_char(in[i - 1]))) {
+      // A number too large for a double (1e999) is read as ±infinity, as
+      // Python's json and the CSV reader do (docs/traces.md): quoted here,
+      // json_number turns the string into the infinity.
+      std::size_t end = i + 1;
+      bool exponent = false;
+      while (end < in.size() && ((in[end] >= '0' && in[end] <= '9') || in[end] == '.' ||
+                                 in[end] == 'e' || in[end] == 'E' || in[end] == '+' || in[end] == '-')) {
+        exponent = exponent || in[end] == 'e' || in[end] == 'E';
+        ++end;
+      }
+      const std::string_view token = in.substr(i, end - i);
+      const bool quote = (exponent || token.size() > 300) && overflows_double(token);
+      if (quote) out += '"';
+      out += token;
+      if (quote) {
+        out += '"';
+        shifts.push_back(out.size());
+        changed = true;
+      }
+      i = end;
+      replaced = true;
     }
     if (!replaced) {
       out += c;

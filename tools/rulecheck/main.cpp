@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       ->check(seconds(false));
   run->add_option("--max-line", run_opts.max_line,
                   "longest JSONL line / CSV record read, in bytes (K, M, G suffixes; default 64M)")
-      ->check(byte_size());
+      ->transform(byte_size());
   run->add_option("--alias", run_opts.aliases,
                   "read trace series OLD as NEW, NEW=OLD (repeatable; overrides alias statements)")
       ->allow_extra_args(false)
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
       ->check(seconds(false));
   watch->add_option("--max-line", watch_opts.max_line,
                     "longest JSONL line / CSV record read or buffered, in bytes (default 64M)")
-      ->check(byte_size());
+      ->transform(byte_size());
   bool from_start = false;  // the default; the flag exists to say so explicitly
   auto* from_start_flag = watch->add_flag("--from-start", from_start,
                                           "report firings of what is already written (default)");
