@@ -46,6 +46,10 @@ constexpr auto deadlock_guard = std::chrono::seconds(60);
 // reader has it open (non-blocking open fails with ENXIO until then), then
 // writes with ordinary blocking writes. `between` (optional) runs after
 // `first` bytes are written and before the rest, e.g. to wait for the reader.
+// Deadlock guard: a reader that opens the FIFO a second time (the old
+// detection did) would wait for a writer forever; if the reader is not done
+// within the guard, the writer opens and closes the FIFO once more, so that
+// reader sees an empty stream and the test fails instead of hanging.
 class FifoWriter {
  public:
   FifoWriter(std::string path, std::string bytes, std::size_t first = std::string::npos,
@@ -53,8 +57,14 @@ class FifoWriter {
       : ignore_sigpipe_((std::signal(SIGPIPE, SIG_IGN), true)),
         thread_([this, path = std::move(path), bytes = std::move(bytes), first,
                  between = std::move(between)] { run(path, bytes, first, between); }) {}
-  ~FifoWriter() { thread_.join(); }
-  [[nodiscard]] bool opened() const { return opened_; }
+  ~FifoWriter() {
+    {
+      std::lock_guard lock(m_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
 
  private:
   void run(const std::string& path, const std::string& bytes, std::size_t first,
@@ -65,7 +75,6 @@ class FifoWriter {
            errno == ENXIO && std::chrono::steady_clock::now() < deadline)
       std::this_thread::yield();
     if (fd < 0) return;  // the reader never opened it: the test fails on its own
-    opened_ = true;
     ::fcntl(fd, F_SETFL, 0);  // blocking writes from here on
     auto write_all = [&](std::string_view part) {
       while (!part.empty()) {
@@ -80,10 +89,17 @@ class FifoWriter {
     if (between) between();
     write_all(all.substr(cut));
     ::close(fd);
+    std::unique_lock lock(m_);
+    if (!cv_.wait_for(lock, deadlock_guard, [&] { return done_; })) {
+      const int again = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (again >= 0) ::close(again);
+    }
   }
 
   bool ignore_sigpipe_;  // a reader that stops early must fail the test, not kill it
-  std::atomic<bool> opened_{false};
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
   std::thread thread_;
 };
 
