@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "grammar/parser.hpp"
+#include "grammar/source_file.hpp"
 #include "vigil/tensor.hpp"
 
 namespace vigil::interp {
@@ -90,6 +91,7 @@ class Checker {
     load_standard();
     for (const auto& root : roots) {
       std::uint32_t id = sources_.add(root.name, root.text);
+      root_dir_ = root.dir;
       load(id, root.dir, user_, &user_rules_);
     }
     apply_param_overrides();
@@ -206,26 +208,62 @@ class Checker {
     return false;
   }
 
+  /// Whether `canon` (a weakly canonical path: symlinks resolved) lies in
+  /// `dir` or below it.
+  static bool within(const std::filesystem::path& canon, const std::string& dir) {
+    std::error_code ec;
+    // absolute first: weakly_canonical leaves a relative path whose first
+    // component does not exist relative.
+    const auto base = std::filesystem::weakly_canonical(
+        std::filesystem::absolute(dir.empty() ? "." : dir, ec), ec);
+    if (ec) return false;
+    const auto rel = canon.lexically_relative(base);
+    return !rel.empty() && *rel.begin() != "..";
+  }
+
   void load_import(const ast::ImportDecl& s, std::uint32_t id, const std::string& dir,
                    Module& module, std::vector<RuleStmt>* rules) {
     namespace fs = std::filesystem;
-    fs::path path = fs::path(dir) / s.path;
+    // Relative to the importing file; like a compiler's -I, an import root
+    // (CompileOptions::import_paths) is searched when that file is not there.
+    const fs::path written(s.path);
+    fs::path path = written.is_absolute() ? written : fs::path(dir) / written;
     std::error_code ec;
-    fs::path canon = fs::weakly_canonical(path, ec);
-    std::string key = ec ? path.string() : canon.string();
+    if (!written.is_absolute() && !fs::exists(path, ec))
+      for (const auto& root : options_.import_paths)
+        if (fs::exists(fs::path(root) / written, ec)) {
+          path = fs::path(root) / written;
+          break;
+        }
+    fs::path canon = fs::weakly_canonical(fs::absolute(path, ec), ec);
+    if (ec) canon = fs::absolute(path, ec).lexically_normal();
+    // A rule file reads what its author's directory holds, and what the user
+    // allowed: an absolute path, or one that leaves the root rule file's
+    // directory (`../../../root/.bashrc`, a symlink out), needs an import root.
+    const bool in_roots = std::any_of(options_.import_paths.begin(), options_.import_paths.end(),
+                                      [&](const std::string& r) { return within(canon, r); });
+    if (!in_roots && (written.is_absolute() || !within(canon, root_dir_))) {
+      error("import", id, s.path_range,
+            fmt::format("import '{}' is {}; allow its directory with --import-path DIR "
+                        "(CompileOptions::import_paths)",
+                        s.path,
+                        written.is_absolute() ? "an absolute path"
+                                              : "outside the root rule file's directory"));
+      return;
+    }
+    std::string key = canon.string();
     if (std::find(import_stack_.begin(), import_stack_.end(), key) != import_stack_.end()) {
       error("import-cycle", id, s.path_range, fmt::format("import cycle through '{}'", s.path));
       return;
     }
     if (!imported_.insert(key).second) return;  // each file once
-    std::ifstream in(path, std::ios::binary);
-    if (!in || fs::is_directory(path, ec)) {
-      error("import", id, s.path_range, fmt::format("cannot read imported file '{}'", s.path));
+    std::string text, reason;
+    if (!grammar::read_source_file(path.string(), text, reason)) {
+      error("import", id, s.path_range,
+            fmt::format("cannot read imported file '{}': {}", s.path, reason));
       return;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    std::uint32_t child = sources_.add(path.lexically_normal().string(), text.str());
+    std::uint32_t child = sources_.add(path.lexically_normal().string(), std::move(text));
     import_stack_.push_back(key);
     load(child, path.parent_path().string(), module, rules);
     import_stack_.pop_back();
@@ -1318,6 +1356,7 @@ class Checker {
   std::map<const Module*, std::unique_ptr<Scope>> module_scopes_;
   std::vector<std::unique_ptr<Scope>> template_scopes_;
   std::vector<std::string> import_stack_;
+  std::string root_dir_;  // the directory of the root file being loaded; imports stay below it
   std::set<std::string> imported_;
   std::set<std::string> expanding_;
   std::set<std::string> rule_names_;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "grammar/source_file.hpp"
 #include "interp/program_impl.hpp"
 
 namespace vigil {
@@ -122,22 +123,16 @@ CompileResult compile_files(const std::vector<std::string>& paths, const Compile
   std::vector<interp::RootFile> roots;
   CompileResult result;
   for (const auto& path : paths) {
-    std::ifstream in(path, std::ios::binary);
-    const int open_errno = errno;
-    std::error_code ec;
-    if (!in || std::filesystem::is_directory(path, ec)) {
+    std::string text, reason;
+    if (!grammar::read_source_file(path, text, reason)) {
       // No source text, so no file id: the diagnostic prints without an
-      // empty source line and caret, and says why (the OS's reason).
-      const std::string reason =
-          in ? std::string("is a directory") : std::string(std::strerror(open_errno));
+      // empty source line and caret, and says why.
       result.diagnostics.push_back({DiagLevel::error, "io",
                                     fmt::format("cannot read rule file '{}': {}", path, reason),
                                     std::numeric_limits<std::uint32_t>::max(), {}, {}, {}});
       continue;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    roots.push_back({path, text.str(), std::filesystem::path(path).parent_path().string()});
+    roots.push_back({path, std::move(text), std::filesystem::path(path).parent_path().string()});
   }
   if (!result.diagnostics.empty()) return result;
   return compile_roots(std::move(roots), options, std::move(result));

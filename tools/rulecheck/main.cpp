@@ -91,6 +91,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> check_rules;
   auto* check = app.add_subcommand("check", "parse and type-check rule files; print diagnostics");
   check->add_option("RULES", check_rules, "rule files")->required();
+  std::vector<std::string> check_import_paths;
+  const char* import_help =
+      "a directory imports may reach outside the rule file's own (absolute or ../ paths), "
+      "also searched for relative imports (repeatable)";
+  check->add_option("--import-path", check_import_paths, import_help)
+      ->allow_extra_args(false)
+      ->check(CLI::ExistingDirectory);
 
   RunOptions run_opts;
   auto* run = app.add_subcommand("run", "dry-run rules over recorded traces");
@@ -116,6 +123,9 @@ int main(int argc, char** argv) {
   run->add_option("--max-line", run_opts.max_line,
                   "longest JSONL line / CSV record read, in bytes (K, M, G suffixes; default 64M)")
       ->transform(byte_size());
+  run->add_option("--import-path", run_opts.import_paths, import_help)
+      ->allow_extra_args(false)
+      ->check(CLI::ExistingDirectory);
   run->add_option("--alias", run_opts.aliases,
                   "read trace series OLD as NEW, NEW=OLD (repeatable; overrides alias statements)")
       ->allow_extra_args(false)
@@ -151,6 +161,9 @@ int main(int argc, char** argv) {
       ->take_all();
   watch->add_flag("--explain", watch_opts.explain, "print the inputs behind each firing (text)");
   watch->add_option("--step-column", watch_opts.step_column, "CSV: the column holding the step");
+  watch->add_option("--import-path", watch_opts.import_paths, import_help)
+      ->allow_extra_args(false)
+      ->check(CLI::ExistingDirectory);
   watch->add_option("--alias", watch_opts.aliases, "read trace series OLD as NEW, NEW=OLD (repeatable)")
       ->allow_extra_args(false)
       ->take_all();
@@ -195,7 +208,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*check) return run_check(check_rules);
+    if (*check) return run_check(check_rules, check_import_paths);
     if (*run) return run_run(run_opts);
     if (*test) return run_test(test_opts);
     if (*watch) return run_watch(watch_opts);

@@ -181,14 +181,17 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
 
 }  // namespace
 
-int run_check(const std::vector<std::string>& rules) {
-  return compile(rules, {}) ? exit_ok : exit_error;
+int run_check(const std::vector<std::string>& rules, const std::vector<std::string>& import_paths) {
+  vigil::CompileOptions options;
+  options.import_paths = import_paths;
+  return compile(rules, options) ? exit_ok : exit_error;
 }
 
 int run_run(const RunOptions& opts) {
   vigil::CompileOptions compile_options;
   if (!parse_params(opts.params, compile_options.params)) return exit_error;
   if (!parse_aliases(opts.aliases, compile_options.aliases)) return exit_error;
+  compile_options.import_paths = opts.import_paths;
   const auto program = compile(opts.rules, compile_options);
   if (!program) return exit_error;
 

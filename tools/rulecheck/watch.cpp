@@ -301,6 +301,7 @@ int run_watch(const WatchOptions& opts) {
   vigil::CompileOptions compile_options;
   if (!parse_params(opts.params, compile_options.params)) return exit_error;
   if (!parse_aliases(opts.aliases, compile_options.aliases)) return exit_error;
+  compile_options.import_paths = opts.import_paths;
   const auto program = compile(opts.rules, compile_options);
   if (!program) return exit_error;
 
