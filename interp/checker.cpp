@@ -92,7 +92,14 @@ class Checker {
     for (const auto& root : roots) {
       std::uint32_t id = sources_.add(root.name, root.text);
       root_dir_ = root.dir;
+      // A root file is on the import stack too: a file importing it back is
+      // a cycle (one error), not a second load (spurious "already defined").
+      std::error_code ec;
+      auto key = std::filesystem::weakly_canonical(std::filesystem::absolute(root.name, ec), ec).string();
+      imported_.insert(key);
+      import_stack_.push_back(std::move(key));
       load(id, root.dir, user_, &user_rules_);
+      import_stack_.pop_back();
     }
     apply_param_overrides();
     CheckResult result;

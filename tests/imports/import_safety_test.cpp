@@ -121,6 +121,18 @@ TEST_F(ImportTest, DiagnosticsEchoAtMostTwoHundredColumnsOfOneLine) {
   EXPECT_EQ(caret.find('^'), shown.find("\\x7f"));
 }
 
+TEST_F(ImportTest, AnImportCycleIsOneErrorWithoutSpuriousDuplicates) {
+  // Old: the root file was loaded a second time through the cycle, so every
+  // let and rule in it was also "already defined".
+  write("root/b.rules", "import \"main.rules\"\n");
+  const auto r = compile("import \"b.rules\"\nlet x = 1\nwhen loss > x do log\n");
+  ASSERT_FALSE(r.ok());
+  ASSERT_EQ(r.diagnostics.size(), 1u) << r.format_diagnostics();
+  EXPECT_NE(r.format_diagnostics().find("b.rules:1:8: error: import cycle through 'main.rules'"),
+            std::string::npos)
+      << r.format_diagnostics();
+}
+
 #ifdef RULECHECK_PATH
 vigil::test::Result rulecheck(const fs::path& dir, const std::string& args) {
   // timeout: the old reader hung on a FIFO and read /dev/zero until killed.
