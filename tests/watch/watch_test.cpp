@@ -225,7 +225,10 @@ TEST_F(Watch, FromEndKeepsRuleStateAcrossTheStart) {
 
 TEST_F(Watch, FromEndReportsEverythingOfATraceCreatedLater) {
   auto watcher = watch("--format json --from-end --timeout 3");
-  std::this_thread::sleep_for(200ms);
+  // Created after the watch started: wait for it to say so (a fixed sleep
+  // lost the race under load, and the trace then counted as existing).
+  ASSERT_TRUE(eventually([&] { return err().find("waiting for") != std::string::npos; }, 10s))
+      << err();
   write_trace(whole_trace);
   ASSERT_TRUE(eventually([&] { return firings().size() == 2; }, 10s)) << err();
   watcher->signal(SIGTERM);
