@@ -73,7 +73,8 @@ TEST_F(ImportTest, ASymlinkOutOfTheRootIsOutside) {
 }
 
 TEST_F(ImportTest, BinaryFilesGetOneErrorAndNoneOfTheirContent) {
-  write("root/bin.rules", std::string("when x > 1 do log\nSECRET\0\x01\x02 more SECRET", 41));
+  constexpr char bytes[] = "when x > 1 do log\nSECRET\0\x01\x02 more SECRET";
+  write("root/bin.rules", std::string(bytes, sizeof bytes - 1));  // the NUL inside, not the last
   const auto r = compile("import \"bin.rules\"\n");
   ASSERT_FALSE(r.ok());
   const auto text = r.format_diagnostics();
