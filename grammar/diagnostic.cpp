@@ -3,6 +3,8 @@
 // Owns: diagnostic rendering and suggestions. Must not touch: any stage's logic.
 #include "vigil/diagnostic.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -66,20 +68,40 @@ std::string format_diagnostic(const Diagnostic& d, const SourceSet& sources) {
     const std::size_t line_begin = begin - (lc.col - 1);
     std::size_t line_end = f.text.find('\n', line_begin);
     if (line_end == std::string::npos) line_end = f.text.size();
-    std::string_view line(f.text.data() + line_begin, line_end - line_begin);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line_end > line_begin && f.text[line_end - 1] == '\r') --line_end;
 
-    std::string caret;
-    for (std::size_t i = line_begin; i < begin; ++i) {
+    // One line of the file at most, and at most ~200 columns of it around
+    // the caret, with bytes a terminal would act on shown as \xNN: a
+    // diagnostic must not become a way to print a file (or to drive the
+    // terminal) whatever the file holds.
+    constexpr std::size_t max_shown = 200;
+    std::size_t shown_begin = line_begin, shown_end = line_end;
+    if (line_end - line_begin > max_shown) {
+      shown_begin = begin > line_begin + max_shown / 4 ? begin - max_shown / 4 : line_begin;
+      while (shown_begin < begin && is_continuation(f.text[shown_begin])) ++shown_begin;
+      shown_end = std::min(line_end, shown_begin + max_shown);
+      while (shown_end > shown_begin && shown_end < line_end && is_continuation(f.text[shown_end]))
+        --shown_end;
+    }
+    auto shown = [](char c) {
+      const auto u = static_cast<unsigned char>(c);
+      return (u < 0x20 && c != '\t') || u == 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, c);
+    };
+    std::string line = shown_begin > line_begin ? "..." : "";
+    std::string caret(line.size(), ' ');
+    for (std::size_t i = shown_begin; i < shown_end; ++i) line += shown(f.text[i]);
+    if (shown_end < line_end) line += "...";
+
+    for (std::size_t i = shown_begin; i < std::min(begin, shown_end); ++i) {
       const char c = f.text[i];
       if (c == '\t') caret += '\t';
-      else if (!is_continuation(c)) caret += ' ';
+      else if (!is_continuation(c)) caret.append(shown(c).size(), ' ');
     }
     caret += '^';
-    const std::size_t end = std::min<std::size_t>(std::max<std::size_t>(d.range.end, begin),
-                                                  line_begin + line.size());
+    if (begin < shown_end) caret.append(shown(f.text[begin]).size() - 1, '~');
+    const std::size_t end = std::min<std::size_t>(std::max<std::size_t>(d.range.end, begin), shown_end);
     for (std::size_t i = begin + 1; i < end; ++i) {
-      if (!is_continuation(f.text[i])) caret += '~';
+      if (!is_continuation(f.text[i])) caret.append(shown(f.text[i]).size(), '~');
     }
     out += "    ";
     out += line;

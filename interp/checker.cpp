@@ -3,6 +3,7 @@
 // declarations (params, lets, actions, aliases) and constant evaluation.
 // Rules and templates are check_rules.cpp's, expressions check_expressions.cpp's.
 #include <algorithm>
+#include <filesystem>
 
 #include "interp/checker_impl.hpp"
 
@@ -12,7 +13,14 @@ CheckResult Checker::run(const std::vector<RootFile>& roots) {
   load_standard();
   for (const auto& root : roots) {
     std::uint32_t id = sources_.add(root.name, root.text);
+    root_dir_ = root.dir;
+    // A root file is on the import stack too: a file importing it back is
+    // a cycle (one error), not a second load (spurious "already defined").
+    std::string key = env_.loader.resolve({}, root.name).key;
+    imported_.insert(key);
+    import_stack_.push_back(std::move(key));
     load(id, root.dir, user_, &user_rules_);
+    import_stack_.pop_back();
   }
   apply_param_overrides();
   CheckResult result;
@@ -129,14 +137,31 @@ bool Checker::declare(const Map& map, const std::string& name, std::uint32_t fil
 void Checker::load_import(const ast::ImportDecl& s, std::uint32_t id, const std::string& dir,
                           Module& module, std::vector<RuleStmt>* rules) {
   const ImportTarget target = env_.loader.resolve(dir, s.path);
+  // A rule file reads what its author's directory holds, and what the user
+  // allowed: an absolute path, or one that leaves the root rule file's
+  // directory (`../../../root/.bashrc`, a symlink out), needs an import root.
+  const bool absolute = std::filesystem::path(s.path).is_absolute();  // lexical only
+  const bool in_roots =
+      std::any_of(options_.import_paths.begin(), options_.import_paths.end(),
+                  [&](const std::string& r) { return env_.loader.within(target.key, r); });
+  if (!in_roots && (absolute || !env_.loader.within(target.key, root_dir_))) {
+    error("import", id, s.path_range,
+          fmt::format("import '{}' is {}; allow its directory with --import-path DIR "
+                      "(CompileOptions::import_paths)",
+                      s.path,
+                      absolute ? "an absolute path" : "outside the root rule file's directory"));
+    return;
+  }
   if (std::find(import_stack_.begin(), import_stack_.end(), target.key) != import_stack_.end()) {
     error("import-cycle", id, s.path_range, fmt::format("import cycle through '{}'", s.path));
     return;
   }
   if (!imported_.insert(target.key).second) return;  // each file once
-  auto text = env_.loader.read(target.path);
+  std::string reason;
+  auto text = env_.loader.read(target.path, reason);
   if (!text) {
-    error("import", id, s.path_range, fmt::format("cannot read imported file '{}'", s.path));
+    error("import", id, s.path_range,
+          fmt::format("cannot read imported file '{}': {}", s.path, reason));
     return;
   }
   std::uint32_t child = sources_.add(target.name, std::move(*text));

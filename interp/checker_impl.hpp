@@ -231,6 +231,7 @@ class Checker {
   std::map<const Module*, std::unique_ptr<Scope>> module_scopes_;
   std::vector<std::unique_ptr<Scope>> template_scopes_;
   std::vector<std::string> import_stack_;
+  std::string root_dir_;  // the directory of the root file being loaded; imports stay below it
   std::set<std::string> imported_;
   std::set<std::string> expanding_;
   std::set<std::string> rule_names_;

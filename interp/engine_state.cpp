@@ -186,7 +186,7 @@ void transfer(A& a, S& s, const interp::Plan& plan) {
     if constexpr (A::reading) {
       std::string key;
       a.str(key);
-      auto interned = store.intern_series(key);
+      auto interned = store.intern_rule_series(key);
       if (!interned) corrupt("series");
       id = *interned;
     } else {
@@ -283,7 +283,7 @@ void Engine::Impl::restore(std::string_view bytes) {
   // interns this engine's keys in id order, then takes the saved state by key.
   EngineState fresh(program);
   for (SeriesId id = 0; id < state.store.series.size(); ++id)
-    fresh.store.intern_series(state.store.key(id));
+    fresh.store.intern_rule_series(state.store.key(id));
   for (const auto& t : state.store.tensors)
     fresh.store.intern_tensor(format_series_key(t.name, t.labels));
   transfer(r, fresh, *plan);

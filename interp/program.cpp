@@ -4,6 +4,7 @@
 // planning logic (it sequences them) or engine state.
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <cmath>
 #include <fmt/format.h>
 
@@ -87,7 +88,7 @@ std::uint64_t fingerprint(const interp::Plan& plan) {
 
 CompileResult compile_roots(std::vector<interp::RootFile> roots, const CompileOptions& options,
                             CompileResult result = {}) {
-  const interp::FileLoader files;
+  const interp::FileLoader files(options.import_paths);
   const interp::CheckEnv env{stdlib::standard_functions(), files};
   auto checked = interp::check(roots, options, env, result.sources, result.diagnostics);
   for (const auto& d : result.diagnostics)
@@ -122,11 +123,14 @@ CompileResult compile_files(const std::vector<std::string>& paths, const Compile
   CompileResult result;
   const interp::FileLoader files;
   for (const auto& path : paths) {
-    auto text = files.read(path);
+    std::string reason;
+    auto text = files.read(path, reason);
     if (!text) {
-      std::uint32_t id = result.sources.add(path, "");
-      result.diagnostics.push_back(
-          {DiagLevel::error, "io", fmt::format("cannot read rule file '{}'", path), id, {}, {}, {}});
+      // No source text, so no file id: the diagnostic prints without an
+      // empty source line and caret, and says why.
+      result.diagnostics.push_back({DiagLevel::error, "io",
+                                    fmt::format("cannot read rule file '{}': {}", path, reason),
+                                    std::numeric_limits<std::uint32_t>::max(), {}, {}, {}});
       continue;
     }
     roots.push_back({path, std::move(*text), interp::FileLoader::dir_of(path)});

@@ -3,6 +3,8 @@
 // these on their own.
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
+#include <string>
 
 #include "vigil/series_key.hpp"
 
@@ -12,6 +14,55 @@ namespace {
 
 bool is_ident_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':';
+}
+
+// At rest[j] == 'u' of a \uXXXX escape: appends the code point as UTF-8 and
+// leaves j on the escape's last hex digit. A high surrogate must be followed
+// by \u and a low one. False if malformed.
+bool decode_unicode_escape(std::string_view rest, std::size_t& j, std::string& out) {
+  auto hex4 = [&](std::size_t at, std::uint32_t& v) {
+    if (at + 4 > rest.size()) return false;
+    v = 0;
+    for (std::size_t k = at; k < at + 4; ++k) {
+      const char c = rest[k];
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
+      if (d < 0) return false;
+      v = v * 16 + static_cast<std::uint32_t>(d);
+    }
+    return true;
+  };
+  std::uint32_t cp = 0;
+  if (!hex4(j + 1, cp)) return false;
+  j += 4;
+  if (cp >= 0xD800 && cp <= 0xDBFF) {
+    std::uint32_t low = 0;
+    if (j + 2 >= rest.size() || rest[j + 1] != '\\' || rest[j + 2] != 'u' || !hex4(j + 3, low) ||
+        low < 0xDC00 || low > 0xDFFF)
+      return false;
+    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+    j += 6;
+  } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+    return false;
+  }
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return true;
 }
 
 }  // namespace
@@ -33,7 +84,13 @@ bool parse_series_key(std::string_view key, std::string& name, Labels& labels) {
     for (; j < rest.size() && rest[j] != '"'; ++j) {
       if (rest[j] == '\\') {
         if (++j >= rest.size()) return false;
-        value += rest[j] == 'n' ? '\n' : rest[j];
+        if (rest[j] == 'u') {
+          // \uXXXX (and a surrogate pair), as JSON and Prometheus write
+          // label values: decoded to UTF-8, never dropped.
+          if (!decode_unicode_escape(rest, j, value)) return false;
+          continue;
+        }
+        value += rest[j] == 'n' ? '\n' : rest[j] == 't' ? '\t' : rest[j];
       } else {
         value += rest[j];
       }

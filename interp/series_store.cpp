@@ -49,19 +49,47 @@ SeriesId SeriesStore::add_series(const std::string& key, std::string name, const
   return id;
 }
 
-std::optional<SeriesId> SeriesStore::intern_series(std::string_view key) {
+std::optional<SeriesId> SeriesStore::intern_rule_series(std::string_view key) {
   if (auto it = series_ids_.find(key); it != series_ids_.end()) return it->second;
   std::string name;
   Labels labels;
   if (!parse_series_key(key, name, labels)) return std::nullopt;
-  name = std::string(program_.resolve_alias(name));  // `alias loss = train/loss`
   std::string canonical = format_series_key(name, labels);
-  if (auto it = series_ids_.find(canonical); it != series_ids_.end()) {
-    series_ids_.emplace(std::string(key), it->second);
-    return it->second;
+  if (auto it = series_ids_.find(canonical); it != series_ids_.end()) return it->second;
+  return add_series(canonical, name, labels);
+}
+
+// Aliases are one simultaneous renaming (`alias a = b` + `alias b = c` reads
+// trace `c` as `b`, never as `a`): the trace-side cache keeps a trace key
+// from being looked up as a rule name.
+std::optional<SeriesId> SeriesStore::intern_series(std::string_view key) {
+  if (auto it = trace_ids_.find(key); it != trace_ids_.end()) return it->second;
+  std::string name;
+  Labels labels;
+  if (!parse_series_key(key, name, labels)) return std::nullopt;
+  const std::string_view rule_name = program_.resolve_alias(name);  // `alias loss = train/loss`
+  const bool exact = rule_name == name;
+  std::string trace_canonical = format_series_key(name, labels);
+  const std::string canonical = format_series_key(rule_name, labels);
+  std::optional<SeriesId> id;
+  if (auto it = series_ids_.find(canonical); it == series_ids_.end()) {
+    id = add_series(canonical, std::string(rule_name), labels);
+    owners_.emplace(*id, TraceOwner{std::move(trace_canonical), exact, {std::string(key)}});
+  } else {
+    id = it->second;
+    auto [o, added] = owners_.try_emplace(*id, TraceOwner{trace_canonical, exact, {}});
+    if (!added && o->second.key != trace_canonical) {
+      if (exact && !o->second.exact) {
+        // The series' own name takes it over from the alias that had it.
+        for (const auto& k : o->second.raw_keys) trace_ids_[k] = std::nullopt;
+        o->second = TraceOwner{std::move(trace_canonical), true, {}};
+      } else {
+        id = std::nullopt;
+      }
+    }
+    if (id) o->second.raw_keys.emplace_back(key);
   }
-  SeriesId id = add_series(canonical, name, labels);
-  if (canonical != key) series_ids_.emplace(std::string(key), id);
+  trace_ids_.emplace(std::string(key), id);
   return id;
 }
 
@@ -76,7 +104,7 @@ std::optional<TensorId> SeriesStore::intern_tensor(std::string_view key) {
                                   [&](const auto& sel) { return sel.selector.name == derived; });
     if (!read) continue;
     t.mask |= stat_bit(stat);
-    t.derived[i] = *intern_series(format_series_key(derived, t.labels));
+    t.derived[i] = *intern_rule_series(format_series_key(derived, t.labels));
   }
   t.needs_prev = (t.mask & update_stats) != 0;
   // Parameterised stats: the selector name is the canonical derived name
@@ -84,7 +112,7 @@ std::optional<TensorId> SeriesStore::intern_tensor(std::string_view key) {
   for (const auto& sel : plan_->selectors) {
     ParamStatRef ref;
     if (!parse_param_stat_series(sel.selector.name, ref) || ref.tensor != t.name) continue;
-    const SeriesId sid = *intern_series(format_series_key(sel.selector.name, t.labels));
+    const SeriesId sid = *intern_rule_series(format_series_key(sel.selector.name, t.labels));
     if (std::any_of(t.params.begin(), t.params.end(),
                     [&](const auto& p) { return p.series == sid; }))
       continue;  // several selectors (other matchers) read the same series

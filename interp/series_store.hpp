@@ -74,9 +74,17 @@ class SeriesStore {
 
   /// The id of a label set (sorted), interning it.
   std::uint32_t intern_labels(const Labels& labels);
-  /// The id of series `key` (aliases resolved), interning it; nullopt if
-  /// the key is malformed.
+  /// A trace's series key -> the series the rules read (aliases applied,
+  /// once, never chained), interning it. Trace keys are cached apart from
+  /// rule-side keys, so an alias's target is never looked up as a trace name
+  /// again. Two trace series landing on one name: an exact name beats an
+  /// alias (from its first appearance on), otherwise the first to appear
+  /// keeps the name; the loser's key, or a malformed one, gives nullopt
+  /// (docs/language.md, alias).
   std::optional<SeriesId> intern_series(std::string_view key);
+  /// A series by its rule-side key (aliases already applied): derived tensor
+  /// stats and restored state. nullopt if the key is malformed.
+  std::optional<SeriesId> intern_rule_series(std::string_view key);
   /// The id of tensor series `key`, interning it (and the derived series of
   /// every stat some rule reads); nullopt if the key is malformed.
   std::optional<TensorId> intern_tensor(std::string_view key);
@@ -110,7 +118,16 @@ class SeriesStore {
   Program program_;
   const Plan* plan_;
   std::unordered_map<std::string, std::uint32_t> labelset_ids_;
-  KeyMap series_ids_;
+  KeyMap series_ids_;  // rule-side keys
+  /// Trace keys as hosts and readers spell them -> the series read (nullopt:
+  /// malformed, or lost its name to another trace series).
+  std::unordered_map<std::string, std::optional<SeriesId>, KeyHash, std::equal_to<>> trace_ids_;
+  struct TraceOwner {
+    std::string key;     // the trace series (canonical trace key) read into a series
+    bool exact = false;  // read under its own name, not through an alias
+    std::vector<std::string> raw_keys;  // its spellings in trace_ids_
+  };
+  std::unordered_map<SeriesId, TraceOwner> owners_;  // per series: which trace series feeds it
   KeyMap tensor_ids_;
 };
 

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace vigil::interp {
 
@@ -28,19 +29,35 @@ class SourceLoader {
  public:
   virtual ~SourceLoader() = default;
   /// The file `import "path"` names when written in a file of directory `dir`.
+  /// `key` is the absolute path with symlinks resolved (what within() compares).
   [[nodiscard]] virtual ImportTarget resolve(std::string_view dir, std::string_view path) const = 0;
-  /// The file's text; nullopt if it cannot be read (missing, a directory).
-  [[nodiscard]] virtual std::optional<std::string> read(const std::string& path) const = 0;
+  /// The file's text; nullopt if it cannot be read, with `reason` set to a
+  /// short why that never quotes the content (missing, a directory, a device
+  /// or FIFO, too large, binary data): see grammar/source_file.hpp.
+  [[nodiscard]] virtual std::optional<std::string> read(const std::string& path,
+                                                        std::string& reason) const = 0;
+  /// Whether the file of key `key` lies in directory `dir` or below it.
+  [[nodiscard]] virtual bool within(const std::string& key, const std::string& dir) const = 0;
 };
 
 /// Files on disk: relative paths against `dir` (the importing file's folder),
-/// keys by canonical path when the file exists.
+/// then, like a compiler's -I, against each import root when not found there
+/// (CompileOptions::import_paths); keys by absolute canonical path. Reads go
+/// through grammar::read_source_file (never blocks on a FIFO, size-capped).
 class FileLoader final : public SourceLoader {
  public:
+  FileLoader() = default;
+  explicit FileLoader(std::vector<std::string> import_paths)
+      : import_paths_(std::move(import_paths)) {}
   [[nodiscard]] ImportTarget resolve(std::string_view dir, std::string_view path) const override;
-  [[nodiscard]] std::optional<std::string> read(const std::string& path) const override;
+  [[nodiscard]] std::optional<std::string> read(const std::string& path,
+                                                std::string& reason) const override;
+  [[nodiscard]] bool within(const std::string& key, const std::string& dir) const override;
   /// The folder a root file's imports are resolved against.
   [[nodiscard]] static std::string dir_of(const std::string& path);
+
+ private:
+  std::vector<std::string> import_paths_;
 };
 
 }  // namespace vigil::interp

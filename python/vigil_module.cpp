@@ -166,13 +166,16 @@ py::list diagnostics_list(const vigil::CompileResult& r) {
   py::list out;
   for (const auto& d : r.diagnostics) {
     py::dict x;
-    const auto lc = r.sources.line_col(d.file, d.range.begin);
+    // A diagnostic without source text (an unreadable rule file) has no file
+    // id (~0u): no position either.
+    const bool has_file = d.file < r.sources.size();
+    const auto lc = has_file ? r.sources.line_col(d.file, d.range.begin) : vigil::LineCol{0, 0};
     x["level"] = d.level == vigil::DiagLevel::error     ? "error"
                  : d.level == vigil::DiagLevel::warning ? "warning"
                                                         : "note";
     x["code"] = d.code;
     x["message"] = d.message;
-    x["file"] = d.file < r.sources.size() ? r.sources[d.file].name : std::string();
+    x["file"] = has_file ? r.sources[d.file].name : std::string();
     x["line"] = lc.line;
     x["col"] = lc.col;
     x["suggestion"] = d.suggestion;

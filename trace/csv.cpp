@@ -41,7 +41,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <string_view>
@@ -49,6 +48,7 @@
 
 #include <fmt/format.h>
 
+#include "trace/input.hpp"
 #include "trace/io.hpp"
 #include "vigil/trace.hpp"
 
@@ -241,8 +241,8 @@ struct RecordScanner {
 
 class CsvReader final : public TraceReader {
  public:
-  CsvReader(std::string path, std::ifstream in, std::uint64_t size, TraceOptions options)
-      : path_(std::move(path)), in_(std::move(in)), size_(size), options_(std::move(options)) {}
+  CsvReader(std::unique_ptr<trace_io::Input> in, TraceOptions options)
+      : in_(std::move(in)), path_(in_->name()), size_(in_->size()), options_(std::move(options)) {}
 
   /// Reads the header if it is there (a followed file may still be empty).
   /// False with error() set if the header is unusable.
@@ -272,7 +272,9 @@ class CsvReader final : public TraceReader {
   }
 
   [[nodiscard]] std::uint64_t position() const override { return base_ + pos_; }
-  [[nodiscard]] std::uint64_t size() const override { return size_; }
+  [[nodiscard]] std::uint64_t size() const override {
+    return std::max(size_, base_ + buf_.size());  // a pipe, or a followed file that grew
+  }
   [[nodiscard]] std::string describe() const override { return description_; }
 
  private:
@@ -285,20 +287,31 @@ class CsvReader final : public TraceReader {
   }
   bool fail_here(std::string message) { return fail(rec_line_, rec_offset_, std::move(message)); }
 
-  /// Appends up to one chunk of the file to the buffer; false if nothing came.
+  /// Appends input to the buffer; false if nothing came. It reads at least
+  /// as much as the unconsumed (incomplete record) bytes already held, so a
+  /// record of n bytes is rescanned O(log n) times from its start with O(n)
+  /// bytes scanned in all: a 4 MB cell stays linear.
   bool fill() {
     if (pos_ > 0 && pos_ * 2 >= buf_.size()) {  // drop what was consumed
       buf_.erase(0, pos_);
       base_ += pos_;
       pos_ = 0;
     }
-    in_.clear();  // a followed file may have grown since the last end of file
     const std::size_t old = buf_.size();
-    buf_.resize(old + chunk_size);
-    in_.read(buf_.data() + old, static_cast<std::streamsize>(chunk_size));
-    const auto got = static_cast<std::size_t>(std::max<std::streamsize>(in_.gcount(), 0));
+    const std::size_t want = std::max(chunk_size, old - pos_);
+    buf_.resize(old + want);
+    std::size_t got = 0;
+    // Beyond one chunk the record is known to be incomplete: wait for the
+    // whole request (one read(2) of a pipe may give a few bytes), so the
+    // geometric growth above holds. A first chunk is whatever is there, so a
+    // live producer's rows are not held back.
+    while (got < want && (got == 0 || want > chunk_size)) {
+      const std::size_t n = in_->read(buf_.data() + old + got, want - got);
+      if (n == 0) break;
+      got += n;
+    }
     buf_.resize(old + got);
-    if (in_.bad()) fail(0, base_ + old, fmt::format("read error: {}", std::strerror(errno)));
+    if (in_->failed()) fail(0, base_ + old + got, in_->failure());
     return got > 0;
   }
 
@@ -318,6 +331,7 @@ class CsvReader final : public TraceReader {
           return fail(line_, base_ + pos_ + scanner_.bad_at, scanner_.message);
         }
         if (s == Scan::complete) {
+          if (scanner_.consumed > options_.max_line_bytes) return too_long();
           rec_line_ = line_;
           rec_offset_ = base_ + pos_;
           line_ += scanner_.newlines;
@@ -327,11 +341,19 @@ class CsvReader final : public TraceReader {
         }
       }
       if (final) return false;
+      if (buf_.size() - pos_ > options_.max_line_bytes) return too_long();
       if (!fill()) {
         if (error_ || options_.follow) return false;  // follow: keep the partial line
         at_eof_ = true;
       }
     }
+  }
+
+  bool too_long() {
+    return fail(line_, base_ + pos_,
+                fmt::format("record longer than {} bytes (the --max-line limit; see "
+                            "docs/limits.md)",
+                            options_.max_line_bytes));
   }
 
   [[nodiscard]] bool blank() const {
@@ -526,8 +548,8 @@ class CsvReader final : public TraceReader {
       if (!obs.values.empty()) ready_.push_back(obs);
   }
 
+  std::unique_ptr<trace_io::Input> in_;
   std::string path_;
-  std::ifstream in_;
   std::uint64_t size_ = 0;
   TraceOptions options_;
 
@@ -555,17 +577,24 @@ class CsvReader final : public TraceReader {
 
 }  // namespace
 
-std::unique_ptr<TraceReader> open_csv(const std::string& path, TraceError& error,
+namespace trace_io {
+std::unique_ptr<TraceReader> open_csv(std::unique_ptr<Input> in, TraceError& error,
                                       const TraceOptions& options) {
-  std::ifstream in;
-  std::uint64_t size = 0;
-  if (!trace_io::open_file(path, in, size, error)) return nullptr;
-  auto reader = std::make_unique<CsvReader>(path, std::move(in), size, options);
+  in->set_follow(options.follow);
+  auto reader = std::make_unique<CsvReader>(std::move(in), options);
   if (!reader->start()) {
     error = *reader->error();
     return nullptr;
   }
   return reader;
+}
+}  // namespace trace_io
+
+std::unique_ptr<TraceReader> open_csv(const std::string& path, TraceError& error,
+                                      const TraceOptions& options) {
+  auto in = trace_io::Input::open(path, error);
+  if (!in) return nullptr;
+  return trace_io::open_csv(std::move(in), error, options);
 }
 
 }  // namespace vigil

@@ -24,16 +24,15 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "trace/input.hpp"
 #include "trace/io.hpp"
 #include "trace/json_values.hpp"
 #include "vigil/trace.hpp"
@@ -236,18 +235,13 @@ class HfTrainerStateReader final : public TraceReader {
 
 }  // namespace
 
-std::unique_ptr<TraceReader> open_hf_trainer_state(const std::string& path, TraceError& error,
-                                                   const TraceOptions& /*options*/) {
-  std::ifstream in;
-  std::uint64_t size = 0;
-  if (!trace_io::open_file(path, in, size, error)) return nullptr;
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) {
-    error = TraceError{path, 0, 0, fmt::format("read error: {}", std::strerror(errno))};
-    return nullptr;
-  }
-  std::string text = std::move(buffer).str();
+namespace trace_io {
+std::unique_ptr<TraceReader> open_hf_trainer_state(std::unique_ptr<Input> in, TraceError& error,
+                                                   const TraceOptions& options) {
+  const std::string path = in->name();
+  std::string text;
+  // Read whole (Trainer rewrites it whole); bounded all the same.
+  if (!in->read_all(text, 4 * options.max_line_bytes, error)) return nullptr;
 
   // The first damage of the whole document, if any.
   std::optional<TraceError> damage;
@@ -258,7 +252,11 @@ std::unique_ptr<TraceReader> open_hf_trainer_state(const std::string& path, Trac
                                                                : std::string_view(text);
   ordered_json root;
   try {
-    root = ordered_json::parse(source);
+    if (const auto dup = trace_io::parse_strict(source, root)) {
+      const std::size_t at = trace_io::original_position(dup->offset, shifts);
+      damage = TraceError{path, line_of(text, at), at,
+                          fmt::format("duplicate key \"{}\"", dup->key)};
+    }
   } catch (const ordered_json::parse_error& e) {
     // e.byte is 1-based: the byte at which parsing failed.
     const std::size_t at = trace_io::original_position(e.byte == 0 ? 0 : e.byte - 1, shifts);
@@ -289,6 +287,14 @@ std::unique_ptr<TraceReader> open_hf_trainer_state(const std::string& path, Trac
   }
   return std::make_unique<HfTrainerStateReader>(path, std::move(text), std::move(spans),
                                                 std::move(damage));
+}
+}  // namespace trace_io
+
+std::unique_ptr<TraceReader> open_hf_trainer_state(const std::string& path, TraceError& error,
+                                                   const TraceOptions& options) {
+  auto in = trace_io::Input::open(path, error);
+  if (!in) return nullptr;
+  return trace_io::open_hf_trainer_state(std::move(in), error, options);
 }
 
 }  // namespace vigil

@@ -10,13 +10,12 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "trace/input.hpp"
 #include "trace/io.hpp"
 #include "trace/json_values.hpp"
 #include "vigil/trace.hpp"
@@ -47,52 +46,90 @@ bool sample_value(const json& v, std::optional<double>& out) {
 
 class JsonlReader final : public TraceReader {
  public:
-  JsonlReader(std::string path, std::ifstream in, std::uint64_t size, bool follow)
-      : path_(std::move(path)), in_(std::move(in)), size_(size), follow_(follow) {}
+  JsonlReader(std::unique_ptr<trace_io::Input> in, const TraceOptions& options)
+      : in_(std::move(in)),
+        path_(in_->name()),
+        size_(in_->size()),
+        follow_(options.follow),
+        max_line_(options.max_line_bytes) {}
 
   bool next(Observation& out) override {
     if (error_) return false;
-    // Following: the end of an earlier call was only the end of what had been
-    // written by then; clearing eof lets getline see what was appended since.
-    if (follow_) in_.clear();
-    while (std::getline(in_, line_)) {
-      const bool had_newline = !in_.eof();
-      if (follow_) {
-        // A last line without its newline is still being written: keep its
-        // bytes (getline consumed them) until the rest arrives.
-        if (!had_newline) {
-          partial_ += line_;
-          break;
-        }
-        if (!partial_.empty()) {
-          line_.insert(0, partial_);
-          partial_.clear();
-        }
-      }
+    for (;;) {
+      std::string_view line;
+      if (!next_line(line)) return false;
       const std::uint64_t line_start = consumed_;
-      consumed_ += line_.size() + (had_newline ? 1 : 0);
-      if (consumed_ > size_) size_ = consumed_;  // grown since the last look (follow)
+      consumed_ += line.size() + (line_has_newline_ ? 1 : 0);
+      if (consumed_ > size_) size_ = consumed_;  // grown since the last look (follow), or a pipe
       ++line_no_;
-      std::string_view text = line_;
+      std::string_view text = line;
       if (line_no_ == 1 && text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // UTF-8 BOM
       if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
       if (text.find_first_not_of(" \t\r\f\v") == std::string_view::npos) continue;
       return parse_line(text, line_start, out);
     }
-    if (in_.bad()) return fail(consumed_, fmt::format("read error: {}", std::strerror(errno)));
-    if (follow_) {
-      // The file grows while it is followed: keep size() current for progress.
-      std::error_code ec;
-      const auto now = std::filesystem::file_size(path_, ec);
-      if (!ec) size_ = static_cast<std::uint64_t>(now);
-    }
-    return false;
   }
 
   [[nodiscard]] std::uint64_t position() const override { return consumed_; }
   [[nodiscard]] std::uint64_t size() const override { return size_; }
 
  private:
+  /// The next line (without its newline) into `line`, a view of buf_ valid
+  /// until the next call. False at the end of the data (following: of what
+  /// is written so far; an unterminated last line stays buffered) or at an
+  /// error. The buffer never holds more than one line of max_line_ bytes
+  /// plus one chunk, so memory is bounded whatever the input.
+  bool next_line(std::string_view& line) {
+    for (;;) {
+      const std::size_t nl = buf_.find('\n', scan_);
+      if (nl != std::string::npos) {
+        if (nl - pos_ > max_line_) return too_long();
+        line = std::string_view(buf_).substr(pos_, nl - pos_);
+        line_has_newline_ = true;
+        pos_ = scan_ = nl + 1;
+        return true;
+      }
+      scan_ = buf_.size();
+      if (buf_.size() - pos_ > max_line_) return too_long();
+      if (!fill()) {
+        if (in_->failed()) return fail(consumed_, in_->failure());
+        // Following: a last line without its newline is still being written.
+        if (follow_ || pos_ == buf_.size()) {
+          if (follow_) size_ = std::max(size_, in_->size());  // keep progress current
+          return false;
+        }
+        line = std::string_view(buf_).substr(pos_);
+        line_has_newline_ = false;
+        at_end_ = true;
+        pos_ = scan_ = buf_.size();
+        return true;
+      }
+    }
+  }
+
+  /// Appends one chunk of input to buf_ (first dropping consumed bytes);
+  /// false if nothing came.
+  bool fill() {
+    constexpr std::size_t chunk = 64 * 1024;
+    if (pos_ > 0) {
+      buf_.erase(0, pos_);
+      scan_ -= pos_;
+      pos_ = 0;
+    }
+    const std::size_t old = buf_.size();
+    buf_.resize(old + chunk);
+    const std::size_t got = in_->read(buf_.data() + old, chunk);
+    buf_.resize(old + got);
+    return got > 0;
+  }
+
+  bool too_long() {
+    ++line_no_;
+    return fail(consumed_, fmt::format("line longer than {} bytes (the --max-line limit; see "
+                                       "docs/limits.md)",
+                                       max_line_));
+  }
+
   bool fail(std::uint64_t line_start, std::string message) {
     error_ = TraceError{path_, line_no_, line_start, std::move(message)};
     return false;
@@ -103,13 +140,16 @@ class JsonlReader final : public TraceReader {
     if (quote_bare_non_finite(text, rewritten_, shifts_)) source = rewritten_;
     json j;
     try {
-      j = json::parse(source);
+      if (const auto dup = trace_io::parse_strict(source, j))
+        return fail(line_start,
+                    fmt::format("duplicate key \"{}\" at column {}", dup->key,
+                                original_position(dup->offset, shifts_) + 1));
     } catch (const json::parse_error& e) {
       const std::size_t column = original_position(e.byte == 0 ? 0 : e.byte - 1, shifts_) + 1;
       std::string message = trace_io::short_json_error(e.what());
       // A last line without newline whose parse failed at its very end was cut
       // off mid-record (a crash while writing): the common damage, named as such.
-      if (in_.eof() && e.byte >= source.size())
+      if (at_end_ && e.byte >= source.size())
         return fail(line_start, "truncated record (unexpected end of line)");
       return fail(line_start, fmt::format("invalid json at column {}: {}", column, message));
     } catch (const json::exception& e) {
@@ -153,31 +193,43 @@ class JsonlReader final : public TraceReader {
     return true;
   }
 
+  std::unique_ptr<trace_io::Input> in_;
   std::string path_;
-  std::ifstream in_;
   std::uint64_t size_ = 0;
   bool follow_ = false;
-  std::string partial_;  // following: bytes of a last line whose newline has not arrived yet
+  std::uint64_t max_line_;
+  std::string buf_;          // input bytes from the start of the current line on
+  std::size_t pos_ = 0;      // start of the next line in buf_
+  std::size_t scan_ = 0;     // buf_ before this holds no newline after pos_
+  bool line_has_newline_ = false;
+  bool at_end_ = false;      // the last line, which had no newline, was handed out
   std::uint64_t consumed_ = 0;
   std::uint64_t line_no_ = 0;
-  std::string line_;
   std::string rewritten_;  // reused: the line with bare NaN/Infinity quoted
   std::vector<std::size_t> shifts_;
 };
 
 }  // namespace
 
+namespace trace_io {
+std::unique_ptr<TraceReader> open_jsonl(std::unique_ptr<Input> in, TraceError& /*error*/,
+                                        const TraceOptions& options) {
+  in->set_follow(options.follow);
+  return std::make_unique<JsonlReader>(std::move(in), options);
+}
+}  // namespace trace_io
+
 std::unique_ptr<TraceReader> open_jsonl(const std::string& path, TraceError& error,
                                         const TraceOptions& options) {
-  std::ifstream in;
-  std::uint64_t size = 0;
-  if (!trace_io::open_file(path, in, size, error)) return nullptr;
-  return std::make_unique<JsonlReader>(path, std::move(in), size, options.follow);
+  auto in = trace_io::Input::open(path, error);
+  if (!in) return nullptr;
+  return trace_io::open_jsonl(std::move(in), error, options);
 }
 
 std::unique_ptr<JsonlWriter> JsonlWriter::create(const std::string& path, TraceError& error,
                                                  bool append) {
-  std::FILE* f = std::fopen(path.c_str(), append ? "ab" : "wb");
+  // "e": close-on-exec, so no --exec child inherits the descriptor.
+  std::FILE* f = std::fopen(path.c_str(), append ? "abe" : "wbe");
   if (f == nullptr) {
     error = TraceError{path, 0, 0, fmt::format("cannot open for writing: {}", std::strerror(errno))};
     return nullptr;

@@ -2,38 +2,26 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
 
+#include "trace/input.hpp"
 #include "trace/io.hpp"
 
 namespace vigil {
 
 namespace trace_io {
 
-bool open_file(const std::string& path, std::ifstream& in, std::uint64_t& size, TraceError& error) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    error = TraceError{path, 0, 0, "is a directory"};
-    return false;
-  }
-  in.open(path, std::ios::binary);
-  if (!in) {
-    error = TraceError{path, 0, 0, fmt::format("cannot open: {}", std::strerror(errno))};
-    return false;
-  }
-  const auto file_size = std::filesystem::file_size(path, ec);
-  size = ec ? 0 : static_cast<std::uint64_t>(file_size);
-  return true;
-}
-
-std::string head(const std::string& path, std::size_t n) {
-  std::ifstream in(path, std::ios::binary);
-  std::string out(n, '\0');
-  in.read(out.data(), static_cast<std::streamsize>(n));
-  out.resize(static_cast<std::size_t>(std::max<std::streamsize>(in.gcount(), 0)));
-  return out;
+bool overflows_double(std::string_view token) {
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
+  if (ec != std::errc::result_out_of_range || ptr != token.data() + token.size()) return false;
+  const std::string copy(token);
+  return std::isinf(std::strtod(copy.c_str(), nullptr));  // not an underflow to 0
 }
 
 namespace {
@@ -82,6 +70,29 @@ bool quote_bare_non_finite(std::string_view in, std::string& out, std::vector<st
         break;
       }
     }
+    if (!replaced && (c == '-' || (c >= '0' && c <= '9')) && (i == 0 || !is_word_char(in[i - 1]))) {
+      // A number too large for a double (1e999) is read as ±infinity, as
+      // Python's json and the CSV reader do (docs/traces.md): quoted here,
+      // json_number turns the string into the infinity.
+      std::size_t end = i + 1;
+      bool exponent = false;
+      while (end < in.size() && ((in[end] >= '0' && in[end] <= '9') || in[end] == '.' ||
+                                 in[end] == 'e' || in[end] == 'E' || in[end] == '+' || in[end] == '-')) {
+        exponent = exponent || in[end] == 'e' || in[end] == 'E';
+        ++end;
+      }
+      const std::string_view token = in.substr(i, end - i);
+      const bool quote = (exponent || token.size() > 300) && overflows_double(token);
+      if (quote) out += '"';
+      out += token;
+      if (quote) {
+        out += '"';
+        shifts.push_back(out.size());
+        changed = true;
+      }
+      i = end;
+      replaced = true;
+    }
     if (!replaced) {
       out += c;
       ++i;
@@ -125,14 +136,27 @@ bool looks_like_tfrecord(std::string_view bytes) {
 
 }  // namespace
 
-std::optional<TraceFormat> detect_trace_format(const std::string& path, TraceError& error) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return TraceFormat::tensorboard;
-  if (!std::filesystem::exists(path, ec)) {
-    error = TraceError{path, 0, 0, fmt::format("cannot open: {}", std::strerror(ENOENT))};
-    return std::nullopt;
+namespace trace_io {
+
+bool format_decided(std::string_view bytes) {
+  if (looks_like_tfrecord(bytes)) return true;
+  std::string_view text = bytes;
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
+  const auto first = text.find_first_not_of(" \t\r\n\f\v");
+  if (first == std::string_view::npos) return false;
+  text.remove_prefix(first);
+  const auto nl = text.find('\n');
+  if (nl == std::string_view::npos) return false;
+  if (text[0] == '{') {
+    // One line holding a whole object is JSONL; trainer_state.json opens
+    // with a lone '{' and needs its "log_history" key found.
+    const auto end = text.substr(0, nl).find_last_not_of(" \t\r");
+    return end != std::string_view::npos && end > 0 && text[end] == '}';
   }
-  std::string bytes = trace_io::head(path, 64 * 1024);
+  return text.find('\n', nl + 1) != std::string_view::npos;
+}
+
+std::optional<TraceFormat> detect_format(std::string_view bytes) {
   if (looks_like_tfrecord(bytes)) return TraceFormat::tensorboard;
   std::string_view text = bytes;
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // UTF-8 BOM
@@ -193,21 +217,60 @@ std::optional<TraceFormat> detect_trace_format(const std::string& path, TraceErr
     }
     if (row.empty || row.fields == header.fields) return TraceFormat::csv;
   }
-  error = TraceError{path, 0, 0,
+  return std::nullopt;
+}
+
+}  // namespace trace_io
+
+namespace {
+
+constexpr std::size_t detect_bytes = 64 * 1024;
+
+void unknown_format(const std::string& name, TraceError& error) {
+  error = TraceError{name, 0, 0,
                      "unknown trace format (expected Vigil JSONL, TensorBoard event files, CSV "
                      "or a Hugging Face trainer_state.json)"};
-  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<TraceFormat> detect_trace_format(const std::string& path, TraceError& error) {
+  std::error_code ec;
+  if (path != "-" && std::filesystem::is_directory(path, ec)) return TraceFormat::tensorboard;
+  auto in = trace_io::Input::open(path, error);
+  if (!in) return std::nullopt;
+  while (!trace_io::format_decided(in->peeked()) && in->peek_more(detect_bytes)) {
+  }
+  auto format = trace_io::detect_format(in->peeked());
+  if (!format) unknown_format(in->name(), error);
+  return format;
 }
 
 std::unique_ptr<TraceReader> open_trace(const std::string& path, TraceError& error,
                                         const TraceOptions& options) {
-  auto format = detect_trace_format(path, error);
-  if (!format) return nullptr;
+  std::error_code ec;
+  if (path != "-" && std::filesystem::is_directory(path, ec))
+    return open_tensorboard(path, error, options);
+  // One open, one read: the reader gets the bytes detection looked at.
+  auto in = trace_io::Input::open(path, error);
+  if (!in) return nullptr;
+  // A pipe is read only until its first bytes decide the format, so a live
+  // producer (`train.py | rulecheck run r.rules --trace -`) is not held up.
+  while (!trace_io::format_decided(in->peeked()) && in->peek_more(detect_bytes)) {
+  }
+  const auto format = trace_io::detect_format(in->peeked());
+  in->set_follow(options.follow);
+  if (!format) {
+    if (in->failed()) error = TraceError{in->name(), 0, 0, in->failure()};
+    else unknown_format(in->name(), error);
+    return nullptr;
+  }
   switch (*format) {
-    case TraceFormat::jsonl: return open_jsonl(path, error, options);
-    case TraceFormat::tensorboard: return open_tensorboard(path, error, options);
-    case TraceFormat::csv: return open_csv(path, error, options);
-    case TraceFormat::hf_trainer_state: return open_hf_trainer_state(path, error, options);
+    case TraceFormat::jsonl: return trace_io::open_jsonl(std::move(in), error, options);
+    case TraceFormat::tensorboard: return trace_io::open_tensorboard_file(std::move(in), error, options);
+    case TraceFormat::csv: return trace_io::open_csv(std::move(in), error, options);
+    case TraceFormat::hf_trainer_state:
+      return trace_io::open_hf_trainer_state(std::move(in), error, options);
   }
   return nullptr;
 }

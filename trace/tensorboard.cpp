@@ -15,12 +15,16 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <unistd.h>
 #include <limits>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "trace/event.pb.h"
+#include "trace/input.hpp"
 #include "trace/tensorboard_record.hpp"
 #include "vigil/trace.hpp"
 
@@ -70,6 +74,47 @@ std::string_view mode_of_dirs(const fs::path& relative_dir) {
       mode = "train";
   }
   return mode;
+}
+
+// Tags name series and go to the terminal and to --exec variables: text that
+// is not UTF-8 is damage, as it is to TensorBoard itself.
+bool valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n;
+    std::uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07;
+    else return false;
+    if (i + n >= s.size()) return false;  // cut short
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    static constexpr std::uint32_t min_of[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < min_of[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+// The text fields of `e` (declared bytes in event.proto) that are not UTF-8,
+// named for the error; empty if all are.
+std::string_view bad_text_field(const tb::Event& e) {
+  if (e.has_summary())
+    for (const auto& v : e.summary().value()) {
+      if (!valid_utf8(v.tag())) return "summary tag";
+      if (v.has_metadata() && !valid_utf8(v.metadata().plugin_data().plugin_name()))
+        return "plugin name";
+    }
+  return {};
 }
 
 double half_to_double(std::uint32_t bits) {
@@ -156,6 +201,10 @@ struct EventFile {
   std::string pending;         // bytes read past `consumed` (an incomplete record)
   std::uint64_t size = 0;      // bytes seen so far
   bool done = false;           // damaged: read no further
+  // A file named on its own (open_trace's input, which may be a pipe) is
+  // read from its one open descriptor; a directory's files are opened by
+  // path at each read.
+  std::unique_ptr<trace_io::Input> input;
   // Tags whose first metadata named a plugin other than scalars (TensorBoard
   // writes the metadata once per tag and file, with the first value).
   std::unordered_map<std::string, bool> non_scalar_tag;
@@ -163,8 +212,9 @@ struct EventFile {
 
 class TensorBoardReader final : public TraceReader {
  public:
-  TensorBoardReader(std::string root, bool is_dir, bool follow)
-      : root_(std::move(root)), is_dir_(is_dir), follow_(follow) {
+  TensorBoardReader(std::string root, bool is_dir, bool follow,
+                    std::unique_ptr<trace_io::Input> input = nullptr)
+      : root_(std::move(root)), is_dir_(is_dir), follow_(follow), input_(std::move(input)) {
     modes_.emplace_back("train");
   }
 
@@ -252,6 +302,7 @@ class TensorBoardReader final : public TraceReader {
       if (files_.empty()) {
         files_.emplace_back();
         files_.back().path = root_;
+        files_.back().input = std::move(input_);
       }
       return true;
     }
@@ -291,35 +342,40 @@ class TensorBoardReader final : public TraceReader {
   void read_more(std::size_t index) {
     EventFile& f = files_[index];
     if (f.done) return;
-    std::FILE* file = std::fopen(f.path.c_str(), "rb");
-    if (file == nullptr) {
-      // A file listed a moment ago may be rotated away by its writer; only a
-      // file named on the command line must exist.
-      if (!is_dir_ || !follow_) fail(f, 0, fmt::format("cannot open: {}", std::strerror(errno)));
-      return;
-    }
-    const std::uint64_t read_from = f.consumed + f.pending.size();
-    if (::fseeko(file, static_cast<off_t>(read_from), SEEK_SET) != 0) {
-      std::fclose(file);
-      return fail(f, read_from, fmt::format("cannot seek: {}", std::strerror(errno)));
+    if (!f.input) {
+      TraceError open_error;
+      f.input = trace_io::Input::open(f.path, open_error);
+      if (!f.input) {
+        // A file listed a moment ago may be rotated away by its writer; only
+        // a file named on the command line must exist.
+        if (!is_dir_ || !follow_) fail(f, 0, open_error.message);
+        return;
+      }
+      f.input->set_follow(follow_);
+      if (is_dir_ && follow_) {
+        // Keep no descriptor between polls: a directory may hold many files.
+        const std::uint64_t read_from = f.consumed + f.pending.size();
+        if (read_from > 0 && ::lseek(f.input->fd(), static_cast<off_t>(read_from), SEEK_SET) < 0) {
+          f.input.reset();
+          return fail(f, read_from, fmt::format("cannot seek: {}", std::strerror(errno)));
+        }
+      }
     }
     // Chunk by chunk, so memory stays at one chunk plus one record whatever
     // the file's size.
     std::vector<char> chunk(1u << 20);
-    bool read_error = false;
     for (;;) {
-      const std::size_t n = std::fread(chunk.data(), 1, chunk.size(), file);
-      if (n == 0) {
-        read_error = std::ferror(file) != 0;
-        break;
-      }
+      const std::size_t n = f.input->read(chunk.data(), chunk.size());
+      if (n == 0) break;
       f.pending.append(chunk.data(), n);
       f.size = f.consumed + f.pending.size();
       if (!decode_records(f, /*at_end=*/false)) break;
     }
-    std::fclose(file);
+    const bool read_error = f.input->failed();
+    const std::string failure = read_error ? f.input->failure() : std::string();
+    if (is_dir_) f.input.reset();
     if (f.done) return;
-    if (read_error) return fail(f, f.size, fmt::format("read error: {}", std::strerror(errno)));
+    if (read_error) return fail(f, f.size, failure);
     decode_records(f, /*at_end=*/true);
   }
 
@@ -348,8 +404,21 @@ class TensorBoardReader final : public TraceReader {
         ok = false;
         break;
       }
-      if (!event_.ParseFromArray(r.data.data(), static_cast<int>(r.data.size()))) {
+      bool parsed;
+      {
+        // Whatever protobuf would still log about a bad record goes nowhere:
+        // the failure is reported below as this reader's positioned error.
+        // (LogSilencer, unlike SetLogHandler, is safe in library code.)
+        google::protobuf::LogSilencer quiet;
+        parsed = event_.ParseFromArray(r.data.data(), static_cast<int>(r.data.size()));
+      }
+      if (!parsed) {
         fail(f, offset, "corrupt record: not an event protobuf");
+        ok = false;
+        break;
+      }
+      if (const auto field = bad_text_field(event_); !field.empty()) {
+        fail(f, offset, fmt::format("corrupt record: {} is not valid UTF-8", field));
         ok = false;
         break;
       }
@@ -434,6 +503,7 @@ class TensorBoardReader final : public TraceReader {
   std::string root_;
   bool is_dir_;
   bool follow_;
+  std::unique_ptr<trace_io::Input> input_;  // a single file's input, until scan() takes it
   std::vector<EventFile> files_;
   std::unordered_map<std::string, std::size_t> known_;
   tb::Event event_;  // reused: parsing into it keeps its allocations
@@ -452,16 +522,27 @@ class TensorBoardReader final : public TraceReader {
 std::unique_ptr<TraceReader> open_tensorboard(const std::string& path, TraceError& error,
                                               const TraceOptions& options) {
   std::error_code ec;
-  const auto status = fs::status(path, ec);
-  if (ec || !fs::exists(status)) {
-    error = TraceError{path, 0, 0, fmt::format("cannot open: {}", std::strerror(ENOENT))};
-    return nullptr;
+  if (path != "-" && fs::is_directory(path, ec)) {
+    auto reader = std::make_unique<TensorBoardReader>(path, true, options.follow);
+    if (!reader->start(error)) return nullptr;
+    return reader;
   }
-  const bool is_dir = fs::is_directory(status);
-  auto reader = std::make_unique<TensorBoardReader>(path, is_dir, options.follow);
+  auto in = trace_io::Input::open(path, error);
+  if (!in) return nullptr;
+  return trace_io::open_tensorboard_file(std::move(in), error, options);
+}
+
+namespace trace_io {
+std::unique_ptr<TraceReader> open_tensorboard_file(std::unique_ptr<Input> in, TraceError& error,
+                                                   const TraceOptions& options) {
+  in->set_follow(options.follow);
+  std::string name = in->name();
+  auto reader = std::make_unique<TensorBoardReader>(std::move(name), false, options.follow,
+                                                    std::move(in));
   if (!reader->start(error)) return nullptr;
   return reader;
 }
+}  // namespace trace_io
 
 // ---- writer ----------------------------------------------------------------
 
@@ -503,7 +584,7 @@ std::unique_ptr<TensorBoardWriter> TensorBoardWriter::create(const std::string& 
                                                              TraceError& error) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  impl->file = std::fopen(path.c_str(), "wb");
+  impl->file = std::fopen(path.c_str(), "wbe");  // close-on-exec
   if (impl->file == nullptr) {
     error = TraceError{path, 0, 0, fmt::format("cannot open: {}", std::strerror(errno))};
     return nullptr;

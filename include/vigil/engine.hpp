@@ -143,9 +143,14 @@ class Engine {
   /// program().sources()). Empty when all are bound.
   [[nodiscard]] std::vector<Diagnostic> unbound_actions() const;
 
-  /// Interns a series key (`loss`, `grad_norm{layer="fc1"}`); std::nullopt if
-  /// the key is malformed. Calling it again with the same key returns the
-  /// same id without allocating.
+  /// Interns a series key (`loss`, `grad_norm{layer="fc1"}`) as the trace
+  /// names it; aliases are applied (once, never chained). std::nullopt if the
+  /// key is malformed, or if another trace series is read under the same
+  /// name and wins (a series' own name beats an alias, else the first to
+  /// appear; docs/language.md#alias). Calling it again with the same key
+  /// returns the same id without allocating; an id handed out to an alias
+  /// that an exact name later takes over is the exact name's from then on,
+  /// so ask again rather than keep ids across such a takeover.
   std::optional<SeriesId> series(std::string_view key);
   std::optional<SeriesId> series(std::string_view name, const Labels& labels);
 

@@ -116,6 +116,12 @@ struct CompileOptions {
   /// Extra series renamings, (trace name, rule name), e.g. from
   /// `rulecheck --alias loss=train/loss`; they override `alias` statements.
   std::vector<std::pair<std::string, std::string>> aliases;
+  /// Import roots (`rulecheck --import-path DIR`), like a compiler's -I: an
+  /// `import` may name a file below one of these directories by an absolute
+  /// path or a path leaving the root rule file's directory, and a relative
+  /// import not found next to its importer is looked up in them. Without
+  /// one, imports stay below the root file's directory. See docs/limits.md.
+  std::vector<std::string> import_paths;
   std::size_t max_errors = 50;
 };
 

@@ -62,6 +62,11 @@ struct TraceOptions {
   /// written" rather than damage; a later next() goes on with what was
   /// appended since. Formats that cannot be followed ignore it.
   bool follow = false;
+  /// JSONL: the longest line, CSV: the longest record, in bytes (without the
+  /// line end). A longer one is an error naming its line, and memory stays
+  /// near this bound whatever the input (`rulecheck --max-line`; see
+  /// docs/limits.md). trainer_state.json, read whole, may be 4x this size.
+  std::uint64_t max_line_bytes = std::uint64_t{64} << 20;
 };
 
 /// The formats open_trace tells apart.
@@ -69,11 +74,15 @@ enum class TraceFormat { jsonl, tensorboard, csv, hf_trainer_state };
 std::string_view to_string(TraceFormat f);
 
 /// The format of `path` judged by its content (a directory: TensorBoard
-/// event files below it), or nullopt with `error` set.
+/// event files below it), or nullopt with `error` set. It reads the start of
+/// the file: for a pipe, call open_trace instead, which keeps those bytes.
 std::optional<TraceFormat> detect_trace_format(const std::string& path, TraceError& error);
 
-/// Opens a trace, detecting its format from its content. Returns null and
-/// sets `error` if the file cannot be opened or its format is unknown.
+/// Opens a trace, detecting its format from its content. The path is opened
+/// once and the bytes detection looked at are the reader's first bytes, so a
+/// pipe or FIFO (`<(cat fit.csv)`) loses nothing; "-" is standard input.
+/// Every descriptor is opened close-on-exec. Returns null and sets `error` if
+/// the file cannot be opened or its format is unknown.
 std::unique_ptr<TraceReader> open_trace(const std::string& path, TraceError& error,
                                         const TraceOptions& options = {});
 

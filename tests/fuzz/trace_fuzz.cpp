@@ -1,7 +1,11 @@
 // libFuzzer target for the trace readers: any bytes, read as each format
 // (and as whatever open_trace detects), must give observations and at most
 // one error with a position, never crash, hang or read past the data. The
-// first byte picks the reader; the rest is the file.
+// first byte picks the reader (% 5), a small line cap (bit 3: 64 bytes, so
+// the cap's error paths are reached with short inputs) and follow mode
+// (bit 4); the rest is the file. tests/fuzz/replay_main.cpp feeds the kept
+// corpus (tests/fuzz/corpus/trace) through this same entry point in
+// `make test`.
 #include <unistd.h>
 
 #include <cstddef>
@@ -15,7 +19,10 @@
 namespace {
 
 const std::string& scratch_file() {
-  static const std::string path = "/tmp/vigil-trace-fuzz-" + std::to_string(::getpid());
+  static const std::string path = [] {
+    std::atexit([] { std::remove(("/tmp/vigil-trace-fuzz-" + std::to_string(::getpid())).c_str()); });
+    return "/tmp/vigil-trace-fuzz-" + std::to_string(::getpid());
+  }();
   return path;
 }
 
@@ -32,12 +39,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   vigil::TraceError error;
   std::unique_ptr<vigil::TraceReader> reader;
+  vigil::TraceOptions options;
+  if (data[0] & 0x08) options.max_line_bytes = 64;
+  options.follow = (data[0] & 0x10) != 0;
   switch (data[0] % 5) {
-    case 0: reader = vigil::open_trace(path, error); break;
-    case 1: reader = vigil::open_jsonl(path, error); break;
-    case 2: reader = vigil::open_csv(path, error); break;
-    case 3: reader = vigil::open_tensorboard(path, error); break;
-    case 4: reader = vigil::open_hf_trainer_state(path, error); break;
+    case 0: reader = vigil::open_trace(path, error, options); break;
+    case 1: reader = vigil::open_jsonl(path, error, options); break;
+    case 2: reader = vigil::open_csv(path, error, options); break;
+    case 3: reader = vigil::open_tensorboard(path, error, options); break;
+    case 4: reader = vigil::open_hf_trainer_state(path, error, options); break;
   }
   if (!reader) return 0;
   vigil::Observation obs;

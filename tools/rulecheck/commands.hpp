@@ -24,6 +24,8 @@ struct RunOptions {
   std::vector<std::string> aliases;  // `NEW=OLD`: trace series OLD read as NEW
   double tick = 0;  // seconds between clock ticks inserted into time gaps; 0: none
   unsigned jobs = 0;  // runs evaluated at once; 0: one per core
+  std::uint64_t max_line = std::uint64_t{64} << 20;  // TraceOptions::max_line_bytes
+  std::vector<std::string> import_paths;  // CompileOptions::import_paths
 };
 
 /// `rulecheck watch`: follow one growing trace.
@@ -40,6 +42,8 @@ struct WatchOptions {
   bool explain = false;
   std::string step_column;
   std::vector<std::string> aliases;
+  std::uint64_t max_line = std::uint64_t{64} << 20;  // TraceOptions::max_line_bytes
+  std::vector<std::string> import_paths;  // CompileOptions::import_paths
 };
 
 /// `rulecheck test`: rule unit tests in .rtest files (docs/rtest.md).
@@ -76,7 +80,7 @@ struct ConvertOptions {
   std::string step_column;
 };
 
-int run_check(const std::vector<std::string>& rules);
+int run_check(const std::vector<std::string>& rules, const std::vector<std::string>& import_paths);
 /// Exit status like run: 0 nothing fired, 1 some rule fired, 2 an error.
 int run_report(const ReportOptions& opts);
 int run_run(const RunOptions& opts);

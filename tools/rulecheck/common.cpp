@@ -3,6 +3,7 @@
 // Owns: what the subcommands share. Must not touch: any one subcommand's output format.
 #include "tools/rulecheck/common.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fmt/format.h>
@@ -33,10 +34,12 @@ std::optional<vigil::Program> compile(const std::vector<std::string>& paths,
 
 std::optional<vigil::Program> compile_with(const std::vector<std::string>& rules,
                                            const std::vector<std::string>& params,
-                                           const std::vector<std::string>& aliases) {
+                                           const std::vector<std::string>& aliases,
+                                           const std::vector<std::string>& import_paths) {
   vigil::CompileOptions options;
   if (!parse_params(params, options.params)) return std::nullopt;
   if (!parse_aliases(aliases, options.aliases)) return std::nullopt;
+  options.import_paths = import_paths;
   return compile(rules, options);
 }
 
@@ -53,8 +56,51 @@ bool parse_params(const std::vector<std::string>& raw, std::map<std::string, vig
   return true;
 }
 
+bool parse_finite(std::string_view text, double& out) {
+  if (!text.empty() && text[0] == '+') text.remove_prefix(1);
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size() && !text.empty() &&
+         std::isfinite(out);
+}
+
+bool parse_byte_size(std::string_view text, std::uint64_t& out) {
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end == text.data()) return false;
+  std::string_view suffix(end, static_cast<std::size_t>(text.data() + text.size() - end));
+  int shift = 0;
+  if (!suffix.empty()) {
+    const char c = static_cast<char>(suffix[0] | 0x20);
+    shift = c == 'k' ? 10 : c == 'm' ? 20 : c == 'g' ? 30 : -1;
+    suffix.remove_prefix(1);
+    if (shift < 0 || !(suffix.empty() || suffix == "iB" || suffix == "B")) return false;
+  }
+  if (v > (std::numeric_limits<std::uint64_t>::max() >> shift)) return false;
+  out = v << shift;
+  return true;
+}
+
+std::string escape_controls(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\t') || c == 0x7f) {
+      out += fmt::format("\\u{:04x}", c);
+    } else if (c == 0xC2 && i + 1 < text.size() &&
+               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(text[++i]));  // C1 control
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 bool parse_aliases(const std::vector<std::string>& raw,
                    std::vector<std::pair<std::string, std::string>>& out) {
+  std::map<std::string, std::string> seen;  // OLD -> NEW
   for (const auto& item : raw) {
     const auto eq = item.find('=');
     // Both sides are bare series names: labels are kept, never renamed.
@@ -66,6 +112,14 @@ bool parse_aliases(const std::vector<std::string>& raw,
       return false;
     }
     std::string name = item.substr(0, eq), old_name = item.substr(eq + 1);
+    if (auto [it, added] = seen.emplace(old_name, name); !added) {
+      // Reading one trace series under two names is not a thing aliases do;
+      // a later flag silently winning would hide a typo.
+      print_err(fmt::format("rulecheck: --alias {}={}: series '{}' is already read as '{}' "
+                            "(--alias {}={})\n",
+                            name, old_name, old_name, it->second, it->second, old_name));
+      return false;
+    }
     out.emplace_back(std::move(old_name), std::move(name));
   }
   return true;
@@ -84,6 +138,7 @@ nlohmann::ordered_json json_number(double v) {
 
 void print_firing_text(const vigil::Firing& f, const vigil::Engine& engine, bool explain,
                        std::string& out) {
+  const std::size_t start = out.size();
   out += fmt::format("step {} [{}] {} ({})", f.step, f.mode, f.rule_name(),
                      vigil::to_string(f.severity));
   if (f.labels != nullptr && !f.labels->empty()) out += " " + vigil::format_series_key("", *f.labels);
@@ -94,6 +149,13 @@ void print_firing_text(const vigil::Firing& f, const vigil::Engine& engine, bool
       out += (i == 0 ? " " : ", ") + (*f.actions)[i].name;
   }
   out += '\n';
+  // Labels, modes and values come from the trace: nothing in them may reach
+  // the terminal as a control sequence.
+  const std::string line =
+      escape_controls(std::string_view(out).substr(start, out.size() - start - 1));
+  out.resize(start);
+  out += line;
+  out += '\n';
   if (explain) {
     // Indented under its firing so the firing lines stay scannable.
     const std::string explanation = engine.explain(f);
@@ -103,7 +165,7 @@ void print_firing_text(const vigil::Firing& f, const vigil::Engine& engine, bool
       const auto line = text.substr(0, nl);
       // The engine may already indent its account; don't double it.
       if (!line.starts_with(' ') && !line.starts_with('\t')) out += "    ";
-      out += line;
+      out += escape_controls(line);
       out += '\n';
       if (nl == std::string_view::npos) break;
       text.remove_prefix(nl + 1);
@@ -127,7 +189,9 @@ void print_firing_json(const vigil::Firing& f, const std::string& trace, std::st
     for (const auto& a : *f.actions) actions.push_back(a.name);
   j["pending_since"] = f.pending_since;
   j["trace"] = trace;
-  out += j.dump();
+  // Bytes that are not UTF-8 (a label from a binary trace) become U+FFFD
+  // rather than an exception: the firing is still printed.
+  out += j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   out += '\n';
 }
 
@@ -167,21 +231,60 @@ Replay::Replay(const vigil::Program& program, std::string trace)
 
 void Replay::intern(const vigil::Observation& obs) {
   samples_.clear();
+  ++stamp_;
   for (const auto& [key, value] : obs.values) {
     auto it = ids_.find(key);
     if (it == ids_.end()) {
       std::string name;
       vigil::Labels labels;
-      std::optional<vigil::SeriesId> id;
-      if (vigil::parse_series_key(key, name, labels)) {
-        names_seen_.emplace(engine_.program().resolve_alias(name));  // as the rules name it
-        id = engine_.series(key);
+      const bool well_formed = vigil::parse_series_key(key, name, labels);
+      if (well_formed) {
+        const std::string rule_name(engine_.program().resolve_alias(name));
+        names_seen_.emplace(rule_name);  // as the rules name it
+        note_owner(vigil::format_series_key(rule_name, labels),
+                   vigil::format_series_key(name, labels), rule_name == name);
+      } else {
+        print_err(fmt::format("{}: warning: malformed series key '{}' ignored\n", trace_,
+                              escape_controls(key)));
       }
-      if (!id) print_err(fmt::format("{}: warning: malformed series key '{}' ignored\n", trace_, key));
-      it = ids_.emplace(key, id).first;
+      it = ids_.emplace(key, well_formed).first;
     }
-    if (it->second) samples_.push_back({*it->second, value});
+    if (!it->second) continue;
+    // Asked each time: the engine moves a name from an alias to the trace's
+    // own series of that name when the latter first appears.
+    const auto id = engine_.series(key);
+    if (!id) continue;  // lost a name collision (warned about in note_owner)
+    if (*id >= slot_.size()) slot_.resize(*id + 1, {0, 0});
+    auto& [stamp, index] = slot_[*id];
+    if (stamp == stamp_) {
+      samples_[index].value = value;  // the new owner's sample, in the observation of the handover
+      continue;
+    }
+    stamp = stamp_;
+    index = samples_.size();
+    samples_.push_back({*id, value});
   }
+}
+
+void Replay::note_owner(const std::string& rule_key, const std::string& trace_key, bool exact) {
+  auto [it, added] = owners_.try_emplace(rule_key, trace_key, exact);
+  if (added || it->second.first == trace_key) return;
+  // The engine's rule (docs/language.md, alias): an exact name beats an
+  // alias, otherwise the first to appear keeps the name.
+  const std::string previous = it->second.first;
+  const bool previous_exact = it->second.second;
+  const bool takes_over = exact && !previous_exact;
+  if (takes_over) it->second = {trace_key, true};
+  // Once per series name, not per label set.
+  if (!warned_.insert(rule_key.substr(0, rule_key.find('{'))).second) return;
+  const std::string& winner = takes_over ? trace_key : previous;
+  const std::string& loser = takes_over ? previous : trace_key;
+  print_err(fmt::format(
+      "{}: warning: trace series '{}' and '{}' are both read as '{}': '{}' is used, '{}' ignored "
+      "({})\n",
+      trace_, escape_controls(previous), escape_controls(trace_key), escape_controls(rule_key),
+      escape_controls(winner), escape_controls(loser),
+      exact || previous_exact ? "a series' own name beats an alias" : "the first to appear is used"));
 }
 
 void Replay::note(const vigil::Observation& obs) { intern(obs); }

@@ -45,17 +45,31 @@ std::optional<vigil::Program> compile(const std::vector<std::string>& paths,
                                       const vigil::CompileOptions& options);
 
 /// The opening run, report and watch share: parses `--param k=v` and
-/// `--alias NEW=OLD` values, then compiles `rules` with them, printing every
+/// `--alias NEW=OLD` values, then compiles `rules` with them (and the
+/// `--import-path` roots, CompileOptions::import_paths), printing every
 /// diagnostic. nullopt (after a message) if any of it fails.
 std::optional<vigil::Program> compile_with(const std::vector<std::string>& rules,
                                            const std::vector<std::string>& params,
-                                           const std::vector<std::string>& aliases);
+                                           const std::vector<std::string>& aliases,
+                                           const std::vector<std::string>& import_paths = {});
 
 /// `--param k=v` values; false (and a message) on a malformed one.
 bool parse_params(const std::vector<std::string>& raw, std::map<std::string, vigil::Value>& out);
 
+/// A finite number (std::from_chars; "nan", "inf" and trailing text refused).
+bool parse_finite(std::string_view text, double& out);
+/// Bytes with an optional K, M, G (or KiB, MiB, GiB) binary suffix: "64M".
+bool parse_byte_size(std::string_view text, std::uint64_t& out);
+
+/// `text` with bytes a terminal would act on (C0 controls other than tab,
+/// DEL, and the C1 controls U+0080..U+009F) written as \u00XX, so that a
+/// label from a trace cannot move the cursor or retitle the window. Also
+/// used for --exec variables, where a NUL would cut the value short.
+std::string escape_controls(std::string_view text);
+
 /// `--alias NEW=OLD` values as CompileOptions::aliases entries (OLD, NEW):
-/// trace series OLD are read as NEW. False (and a message) on a malformed one.
+/// trace series OLD are read as NEW. False (and a message) on a malformed
+/// one, or a second --alias for the same OLD (it would silently override).
 bool parse_aliases(const std::vector<std::string>& raw,
                    std::vector<std::pair<std::string, std::string>>& out);
 
@@ -94,10 +108,20 @@ class Replay {
 
  private:
   void intern(const vigil::Observation& obs);
+  /// Tracks which trace series is read as each rule-side series key and
+  /// warns (once per pair) when two land on one name.
+  void note_owner(const std::string& rule_key, const std::string& trace_key, bool exact);
 
   std::string trace_;
   vigil::Engine engine_;
-  std::unordered_map<std::string, std::optional<vigil::SeriesId>> ids_;
+  std::unordered_map<std::string, bool> ids_;  // trace keys seen -> well formed
+  // rule-side key -> (trace key read as it, read under its own name)
+  std::unordered_map<std::string, std::pair<std::string, bool>> owners_;
+  // Per series id: the observation (stamp) and index of its sample in
+  // samples_, so one observation never gives one series two samples.
+  std::vector<std::pair<std::uint64_t, std::size_t>> slot_;
+  std::uint64_t stamp_ = 0;
+  std::unordered_set<std::string> warned_;  // series names whose collision was reported
   std::unordered_set<std::string> names_seen_;
   std::vector<vigil::Sample> samples_;
   struct Last {

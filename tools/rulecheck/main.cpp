@@ -1,10 +1,11 @@
 // rulecheck: check rule files and dry-run them over recorded traces (SPEC §5).
 //
-//   rulecheck check RULES...
+//   rulecheck check RULES... [--import-path DIR]...
 //   rulecheck test TESTFILES... [--strict]
 //   rulecheck run RULES... --trace PATH... [--format text|json] [--param k=v]...
 //                 [--explain] [--from STEP] [--to STEP] [--keep-going]
-//                 [--step-column NAME] [--alias NEW=OLD]... [--tick S]
+//                 [--step-column NAME] [--alias NEW=OLD]... [--tick S] [--max-line BYTES]
+//                 [--import-path DIR]...   (--trace -: standard input)
 //   rulecheck watch RULES... --trace PATH [--exec CMD] [--poll MS] [--timeout S] ...
 //   rulecheck report RULES... --trace PATH... -o REPORT.html [--top N] [--points N] ...
 //   rulecheck convert INPUT -o OUTPUT [--to jsonl|csv|tensorboard]
@@ -36,11 +37,52 @@ using namespace rulecheck;
 
 // Usage errors: the message, then the help of the command that was being
 // parsed, on stderr; always exit status 2 (CLI11 would use its own codes).
+// A bad option value gets its message and the usage line only: the whole
+// help would bury the one line that matters.
 int usage_error(const CLI::App& app, const CLI::Error& e) {
   const CLI::App* target = &app;
   for (const CLI::App* sub : app.get_subcommands()) target = sub;
-  print_err(fmt::format("rulecheck: {}\n\n{}", e.what(), target->help()));
+  const std::string help = target->help();
+  if (dynamic_cast<const CLI::ValidationError*>(&e) != nullptr) {
+    const auto at = help.find("Usage:");
+    const std::string usage =
+        at == std::string::npos ? std::string() : help.substr(at, help.find('\n', at) - at);
+    print_err(fmt::format("rulecheck: {}\n{}\nrun '{} --help' for the options\n", e.what(), usage,
+                          target == &app ? "rulecheck" : "rulecheck " + target->get_name()));
+    return exit_error;
+  }
+  print_err(fmt::format("rulecheck: {}\n\n{}", e.what(), help));
   return exit_error;
+}
+
+// Seconds (or any quantity) that must be a finite number >= 0 (> 0 if
+// `positive`). CLI11's NonNegativeNumber prints its range as a 300-digit
+// number and accepts nan.
+CLI::Validator seconds(bool positive) {
+  return CLI::Validator(
+      [positive](std::string& text) -> std::string {
+        double v = 0;
+        const bool number = parse_finite(text, v);
+        if (!number || v < 0 || (positive && v == 0))
+          return fmt::format("must be a {} number of seconds, got '{}'",
+                             positive ? "positive" : "non-negative", text);
+        return {};
+      },
+      positive ? "SECONDS>0" : "SECONDS>=0");
+}
+
+// --max-line: bytes, with an optional K/M/G (KiB/MiB/GiB) suffix.
+CLI::Validator byte_size() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::uint64_t v = 0;
+        if (!parse_byte_size(text, v) || v == 0)
+          return fmt::format("must be a positive size in bytes (K, M, G suffixes allowed), got '{}'",
+                             text);
+        text = std::to_string(v);
+        return {};
+      },
+      "BYTES");
 }
 
 }  // namespace
@@ -54,13 +96,20 @@ int main(int argc, char** argv) {
   std::vector<std::string> check_rules;
   auto* check = app.add_subcommand("check", "parse and type-check rule files; print diagnostics");
   check->add_option("RULES", check_rules, "rule files")->required();
+  std::vector<std::string> check_import_paths;
+  const char* import_help =
+      "a directory imports may reach outside the rule file's own (absolute or ../ paths), "
+      "also searched for relative imports (repeatable)";
+  check->add_option("--import-path", check_import_paths, import_help)
+      ->allow_extra_args(false)
+      ->check(CLI::ExistingDirectory);
 
   RunOptions run_opts;
   auto* run = app.add_subcommand("run", "dry-run rules over recorded traces");
   run->add_option("RULES", run_opts.rules, "rule files")->required();
   run->add_option("--trace", run_opts.traces,
-                  "trace files (format detected from content), or directories of runs (one run per "
-                  "file or subdirectory)")
+                  "trace files (format detected from content; - for standard input), or "
+                  "directories of runs (one run per file or subdirectory)")
       ->required()
       ->expected(1, -1);
   run->add_option("--format", run_opts.format, "output format")
@@ -77,9 +126,15 @@ int main(int argc, char** argv) {
   run->add_option("--tick", run_opts.tick,
                   "replay time gaps as a live monitor polling every S seconds would see them "
                   "(clock ticks for age(...) rules)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds(false));
   run->add_option("--jobs", run_opts.jobs, "runs evaluated at once (default: one per core)")
       ->check(CLI::Range(1u, 4096u));
+  run->add_option("--max-line", run_opts.max_line,
+                  "longest JSONL line / CSV record read, in bytes (K, M, G suffixes; default 64M)")
+      ->transform(byte_size());
+  run->add_option("--import-path", run_opts.import_paths, import_help)
+      ->allow_extra_args(false)
+      ->check(CLI::ExistingDirectory);
   run->add_option("--alias", run_opts.aliases,
                   "read trace series OLD as NEW, NEW=OLD (repeatable; overrides alias statements)")
       ->allow_extra_args(false)
@@ -94,11 +149,14 @@ int main(int argc, char** argv) {
                     "run CMD (/bin/sh -c) for each firing: VIGIL_* variables, JSON on stdin");
   watch->add_option("--exec-timeout", watch_opts.exec_timeout,
                     "seconds before an --exec command is killed (default 30)")
-      ->check(CLI::PositiveNumber);
+      ->check(seconds(true));
   watch->add_option("--poll", watch_opts.poll_ms, "milliseconds between reads (default 500)")
       ->check(CLI::Range(1, 3'600'000));
   watch->add_option("--timeout", watch_opts.timeout, "stop after S seconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds(false));
+  watch->add_option("--max-line", watch_opts.max_line,
+                    "longest JSONL line / CSV record read or buffered, in bytes (default 64M)")
+      ->transform(byte_size());
   bool from_start = false;  // the default; the flag exists to say so explicitly
   auto* from_start_flag = watch->add_flag("--from-start", from_start,
                                           "report firings of what is already written (default)");
@@ -112,6 +170,9 @@ int main(int argc, char** argv) {
       ->take_all();
   watch->add_flag("--explain", watch_opts.explain, "print the inputs behind each firing (text)");
   watch->add_option("--step-column", watch_opts.step_column, "CSV: the column holding the step");
+  watch->add_option("--import-path", watch_opts.import_paths, import_help)
+      ->allow_extra_args(false)
+      ->check(CLI::ExistingDirectory);
   watch->add_option("--alias", watch_opts.aliases, "read trace series OLD as NEW, NEW=OLD (repeatable)")
       ->allow_extra_args(false)
       ->take_all();
@@ -176,7 +237,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*check) return run_check(check_rules);
+    if (*check) return run_check(check_rules, check_import_paths);
     if (*run) return run_run(run_opts);
     if (*test) return run_test(test_opts);
     if (*watch) return run_watch(watch_opts);

@@ -163,7 +163,8 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
                Format format, bool multiple_traces, RunTotals& totals, bool stream,
                std::string& buffer) {
   vigil::TraceError open_error;
-  auto reader = vigil::open_trace(trace, open_error, {.step_column = opts.step_column});
+  auto reader = vigil::open_trace(
+      trace, open_error, {.step_column = opts.step_column, .max_line_bytes = opts.max_line});
   if (!reader) {
     print_err(open_error.format() + "\n");
     totals.error = true;
@@ -235,12 +236,14 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
 
 }  // namespace
 
-int run_check(const std::vector<std::string>& rules) {
-  return compile(rules, {}) ? exit_ok : exit_error;
+int run_check(const std::vector<std::string>& rules, const std::vector<std::string>& import_paths) {
+  vigil::CompileOptions options;
+  options.import_paths = import_paths;
+  return compile(rules, options) ? exit_ok : exit_error;
 }
 
 int run_run(const RunOptions& opts) {
-  const auto program = compile_with(opts.rules, opts.params, opts.aliases);
+  const auto program = compile_with(opts.rules, opts.params, opts.aliases, opts.import_paths);
   if (!program) return exit_error;
 
   const Format format = opts.format == "json" ? Format::json : Format::text;

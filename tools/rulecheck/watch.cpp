@@ -76,10 +76,12 @@ std::vector<std::pair<std::string, std::string>> firing_environment(const vigil:
   return {
       {"VIGIL_RULE", f.rule_name()},
       {"VIGIL_STEP", std::to_string(f.step)},
-      {"VIGIL_MODE", std::string(f.mode)},
+      {"VIGIL_MODE", escape_controls(f.mode)},
       {"VIGIL_TIME", std::isfinite(f.time) ? env_number(f.time) : ""},
       {"VIGIL_SEVERITY", std::string(vigil::to_string(f.severity))},
-      {"VIGIL_LABELS", f.labels != nullptr ? vigil::format_series_key("", *f.labels) : ""},
+      // Escaped: a NUL in a label value would end the variable there.
+      {"VIGIL_LABELS",
+       f.labels != nullptr ? escape_controls(vigil::format_series_key("", *f.labels)) : ""},
       {"VIGIL_VALUE", f.value ? env_number(*f.value) : ""},
       {"VIGIL_ACTIONS", actions},
       {"VIGIL_PENDING_SINCE", std::to_string(f.pending_since)},
@@ -170,7 +172,9 @@ class Watcher {
     }
     vigil::TraceError error;
     reader_ = vigil::open_trace(opts_.trace, error,
-                                {.step_column = opts_.step_column, .follow = true});
+                                {.step_column = opts_.step_column,
+                                 .follow = true,
+                                 .max_line_bytes = opts_.max_line});
     if (!reader_) {
       // A first line still being written may not tell its format yet; give up
       // only when the file stopped growing and still cannot be read.
@@ -303,7 +307,13 @@ class Watcher {
 }  // namespace
 
 int run_watch(const WatchOptions& opts) {
-  const auto program = compile_with(opts.rules, opts.params, opts.aliases);
+  if (opts.trace == "-") {
+    // Following needs a file to look at again (growth, rotation); a pipe is
+    // read to its end by `run`.
+    print_err("rulecheck: watch follows a file; to read standard input use 'rulecheck run --trace -'\n");
+    return exit_error;
+  }
+  const auto program = compile_with(opts.rules, opts.params, opts.aliases, opts.import_paths);
   if (!program) return exit_error;
 
   install_signal_handlers();
