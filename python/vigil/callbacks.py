@@ -116,6 +116,15 @@ class _Rules:
             if sched is not None and hasattr(sched, "base_lrs"):
                 sched.base_lrs = [max(b * factor, min_lr) if b > min_lr else b for b in sched.base_lrs]
 
+    def _trainer_actions(self, queue):
+        """The queued actions _common leaves to the trainer, each rule's action once."""
+        done = set()
+        for firing, name, fargs in queue:
+            if self._common(firing, name, fargs) or (firing.rule, name) in done:
+                continue
+            done.add((firing.rule, name))
+            yield firing, name, fargs
+
     def _common(self, firing, name, args) -> bool:
         """log / alert / unsupported; True if handled."""
         if name == "log":
@@ -206,13 +215,7 @@ class HFCallback(_Rules, _hf_base()):
         return control
 
     def _apply(self, queue, control, kwargs, can_skip=False):
-        done = set()
-        for firing, name, fargs in queue:
-            if self._common(firing, name, fargs):
-                continue
-            if (firing.rule, name) in done:
-                continue
-            done.add((firing.rule, name))
+        for firing, name, fargs in self._trainer_actions(queue):
             if name == "stop":
                 control.should_training_stop = True
                 self.log.warning("vigil: step %d: %s -> stop (%s)", firing.step, firing.rule,
@@ -312,13 +315,7 @@ class LightningCallback(_Rules, _lightning_base()):
             self._apply(self._observe(trainer.global_step, values, mode="eval"), trainer)
 
     def _apply(self, queue, trainer, can_skip=False, optimizer=None, model=None):
-        done = set()
-        for firing, name, fargs in queue:
-            if self._common(firing, name, fargs):
-                continue
-            if (firing.rule, name) in done:
-                continue
-            done.add((firing.rule, name))
+        for firing, name, fargs in self._trainer_actions(queue):
             if name == "stop":
                 trainer.should_stop = True
                 self.log.warning("vigil: step %d: %s -> stop (%s)", firing.step, firing.rule,
