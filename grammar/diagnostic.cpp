@@ -30,7 +30,10 @@ LineCol SourceSet::line_col(std::uint32_t file, std::uint32_t offset) const {
   // The last line start <= offset.
   auto it = std::upper_bound(starts.begin(), starts.end(), offset);
   const auto line = static_cast<std::uint32_t>(it - starts.begin());  // >= 1: starts[0] == 0
-  return LineCol{line, offset - starts[line - 1] + 1};
+  // A leading UTF-8 byte order mark takes no column (the parser skips it).
+  const std::uint32_t bom =
+      line == 1 && offset >= 3 && std::string_view(text).starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  return LineCol{line, offset - starts[line - 1] - bom + 1};
 }
 
 namespace {

@@ -45,7 +45,11 @@ ParseResult parse(const SourceSet& sources, std::uint32_t file) {
   st.base = text.data();
   st.out = &result.file;
 
-  std::size_t pos = 0;
+  // A UTF-8 byte order mark (editors on Windows write one; the CSV reader
+  // accepts it too) is not rule text: parsing starts after it. Offsets stay
+  // offsets into the whole text, so positions are unchanged.
+  constexpr std::string_view bom = "\xEF\xBB\xBF";
+  std::size_t pos = view.starts_with(bom) ? bom.size() : 0;
   while (pos <= text.size() && result.diagnostics.size() < max_errors) {
     Input in(text.data() + pos, text.data() + text.size(), sources[file].name.c_str());
     std::optional<Diagnostic> error;

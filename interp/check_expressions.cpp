@@ -2,13 +2,14 @@
 // tensor stats, operators, function calls against the registry in CheckEnv,
 // and ranges. Must not touch rule clauses or declarations.
 #include <algorithm>
+#include <unordered_set>
 
 #include "interp/checker_impl.hpp"
 
 namespace vigil::interp::checking {
 
 ir::NodePtr Checker::node(ir::Op op, std::uint32_t file, SourceRange range) {
-  auto n = std::make_unique<ir::Node>();
+  auto n = std::make_shared<ir::Node>();
   n->op = op;
   n->file = file;
   n->range = range;
@@ -100,12 +101,33 @@ ir::NodePtr Checker::name(const ast::Name& n, const ast::Expr& e, const Scope& s
     if (auto it = scope.bindings.find(n.name); it != scope.bindings.end())
       return expr(*it->second.expr, *it->second.scope, it->second.file);
     if (auto it = scope.module->lets.find(n.name); it != scope.module->lets.end()) {
+      // A let's body reads only module-level names: it is checked once, and
+      // every later use shares its node and repeats its series uses.
+      const ast::LetDecl* decl = it->second.decl;
+      if (auto done = let_ir_.find(decl); done != let_ir_.end()) {
+        series_uses_.insert(series_uses_.end(), done->second.uses.begin(),
+                            done->second.uses.end());
+        return done->second.node;
+      }
       if (!expanding_.insert(n.name).second) {
         error("let-cycle", file, e.range, fmt::format("let '{}' refers to itself", n.name));
         return nullptr;
       }
-      auto out = expr(*it->second.decl->value, *module_scope(scope.module), it->second.file);
+      const std::size_t uses_before = series_uses_.size();
+      auto out = expr(*decl->value, *module_scope(scope.module), it->second.file);
       expanding_.erase(n.name);
+      // The uses a let body adds, once each (a body reading `x1 + x1` holds
+      // x1's uses twice; kept twice per level they would double again).
+      LetIR& l = let_ir_[decl];
+      l.node = out;
+      for (auto u = series_uses_.begin() + static_cast<std::ptrdiff_t>(uses_before);
+           u != series_uses_.end(); ++u) {
+        const bool seen = std::any_of(l.uses.begin(), l.uses.end(), [&](const SeriesUse& s) {
+          return s.file == u->file && s.range.begin == u->range.begin &&
+                 s.range.end == u->range.end && s.name == u->name;
+        });
+        if (!seen) l.uses.push_back(*u);
+      }
       return out;
     }
     if (auto it = scope.module->params.find(n.name); it != scope.module->params.end()) {
@@ -326,9 +348,15 @@ ir::NodePtr Checker::call(const ast::Call& c, const ast::Expr& e, const Scope& s
               fmt::format("argument '{}' of {} must be a constant number", p.name, c.fn));
         ok = false;
       } else {
+        // The registry states each constant's range (docs/functions.md).
         double x = std::get<double>(v->v);
-        if (fn->name == "quantile" && !(x >= 0 && x <= 1)) {
-          error("range", file, arg.range, "quantile must be between 0 and 1");
+        if (!p.accepts(x)) {
+          error("range", file, arg.range,
+                fmt::format("argument '{}' of {} must be {}, got {}", p.name, c.fn,
+                            stdlib::range_text(p) == "any finite number"
+                                ? "a finite number"
+                                : stdlib::range_text(p),
+                            x));
           ok = false;
         }
         out->const_args.push_back(x);
@@ -449,8 +477,17 @@ bool Checker::names_series(const ast::Expr& e, const Scope& scope, std::uint32_t
 }
 
 bool Checker::reads_series(const ir::Node& n) {
-  if (n.op == ir::Op::selector || !n.selector.name.empty()) return true;
-  return std::any_of(n.args.begin(), n.args.end(), [](const auto& a) { return reads_series(*a); });
+  // The IR is a DAG: each node once, or a let chain costs 2^n.
+  std::vector<const ir::Node*> todo{&n};
+  std::unordered_set<const ir::Node*> seen{&n};
+  while (!todo.empty()) {
+    const ir::Node* x = todo.back();
+    todo.pop_back();
+    if (x->op == ir::Op::selector || !x->selector.name.empty()) return true;
+    for (const auto& a : x->args)
+      if (seen.insert(a.get()).second) todo.push_back(a.get());
+  }
+  return false;
 }
 
 std::optional<std::string> Checker::stat_suffix(const ast::Member& m, const Scope& scope,
@@ -552,6 +589,12 @@ bool Checker::range_arg(ir::Node& out, const ast::Expr& arg, const Scope& scope,
   bool counted = d.unit == ir::Unit::samples || d.unit == ir::Unit::evals;
   if (d.unit == ir::Unit::epochs) {
     error("range", b.file, sub.size->range, "ranges over epochs are not supported; use steps");
+    return false;
+  }
+  if (d.amount > ir::max_duration_amount && !counted) {
+    error("range", b.file, sub.size->range,
+          fmt::format("a range's duration is out of range: at most {} {}",
+                      static_cast<std::int64_t>(ir::max_duration_amount), ir::unit_word(d.unit)));
     return false;
   }
   if (!(d.amount > 0) || !std::isfinite(d.amount) ||

@@ -203,10 +203,15 @@ bool Checker::build(ir::Rule& out, const ast::Clauses& base, const ast::Clauses*
     return c && std::holds_alternative<std::string>(c->v) ? std::get<std::string>(c->v) : word;
   };
   const bool mode_over = over && over->mode;
-  if (mode_over)
+  if (mode_over) {
     out.info.mode = mode_word(*over->mode, oscope, ofile);
-  else if (base.mode)
+    out.info.mode_file = ofile;
+    out.info.mode_range = over->mode_range;
+  } else if (base.mode) {
     out.info.mode = mode_word(*base.mode, scope, file);
+    out.info.mode_file = file;
+    out.info.mode_range = base.mode_range;
+  }
 
   // actions: a `use` with `do` replaces the template's actions.
   const bool act_over = over && over->has_do;

@@ -4,6 +4,7 @@
 // Rules and templates are check_rules.cpp's, expressions check_expressions.cpp's.
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 
 #include "interp/checker_impl.hpp"
 
@@ -23,6 +24,7 @@ CheckResult Checker::run(const std::vector<RootFile>& roots) {
     import_stack_.pop_back();
   }
   apply_param_overrides();
+  const_memo_on_ = true;  // param values are final from here on
   CheckResult result;
   for (const auto& [name, p] : user_.params) result.params[name] = p.value;
   for (const auto& rs : user_rules_) {
@@ -260,8 +262,25 @@ Scope* Checker::module_scope(const Module* m) {
 
 std::optional<Const> Checker::const_eval(const ast::Expr& e, const Scope& scope, std::uint32_t file,
                                          int depth) {
-  if (depth > 64) return std::nullopt;
+  if (depth > 64) {
+    const_cut_ = true;
+    return std::nullopt;
+  }
   Binding b = resolve(e, scope, file);
+  // Only binary nodes fork the walk (and only they are memoised: they are
+  // the file's own AST nodes, never a temporary whose address is reused).
+  if (!const_memo_on_ || !std::holds_alternative<ast::Binary>(b.expr->node))
+    return const_eval_at(b, depth);
+  const auto key = std::make_pair(b.expr, b.scope);
+  if (auto it = const_memo_.find(key); it != const_memo_.end()) return it->second;
+  const bool cut_before = std::exchange(const_cut_, false);
+  auto v = const_eval_at(b, depth);
+  if (!const_cut_) const_memo_.emplace(key, v);  // a result cut short by depth may differ
+  const_cut_ |= cut_before;
+  return v;
+}
+
+std::optional<Const> Checker::const_eval_at(const Binding& b, int depth) {
   const ast::Expr& x = *b.expr;
   if (const auto* n = std::get_if<ast::Number>(&x.node)) return Const{n->value};
   if (const auto* s = std::get_if<ast::String>(&x.node)) return Const{s->value};
@@ -296,9 +315,9 @@ std::optional<Const> Checker::const_eval(const ast::Expr& e, const Scope& scope,
   }
   if (const auto* bin = std::get_if<ast::Binary>(&x.node)) {
     auto l = const_eval(*bin->lhs, *b.scope, b.file, depth + 1);
+    if (!l || !std::holds_alternative<double>(l->v)) return std::nullopt;
     auto r = const_eval(*bin->rhs, *b.scope, b.file, depth + 1);
-    if (!l || !r || !std::holds_alternative<double>(l->v) || !std::holds_alternative<double>(r->v))
-      return std::nullopt;
+    if (!r || !std::holds_alternative<double>(r->v)) return std::nullopt;
     double a = std::get<double>(l->v), c = std::get<double>(r->v);
     switch (bin->op) {
       case ast::BinaryOp::add: return Const{a + c};
@@ -323,6 +342,14 @@ std::optional<ir::Dur> Checker::duration(const ast::Expr& e, const Scope& scope,
   }
   auto d = std::get<ir::Dur>(c->v);
   bool counted = d.unit == ir::Unit::samples || d.unit == ir::Unit::evals;
+  // `for 1e308h` is a number, but not one a clock reaches (and `every` turns
+  // counts into integers): say so, with the limit, not "non-negative".
+  if (d.amount > ir::max_duration_amount) {
+    error("duration", file, e.range,
+          fmt::format("'{}' duration is out of range: at most {} {}", clause,
+                      static_cast<std::int64_t>(ir::max_duration_amount), ir::unit_word(d.unit)));
+    return std::nullopt;
+  }
   if (!(d.amount >= 0) || !std::isfinite(d.amount) ||
       (counted && d.amount != std::floor(d.amount))) {
     error("duration", file, e.range,
@@ -330,6 +357,10 @@ std::optional<ir::Dur> Checker::duration(const ast::Expr& e, const Scope& scope,
                       counted ? " whole" : ""));
     return std::nullopt;
   }
+  // Epochs are counted by the trace's `epoch` series: a use of it, so a
+  // trace without one is warned about ("never appears") instead of the
+  // clause silently never completing.
+  if (d.unit == ir::Unit::epochs) series_uses_.push_back({"epoch", file, e.range});
   return d;
 }
 

@@ -145,6 +145,8 @@ class Checker {
 
   std::optional<Const> const_eval(const ast::Expr& e, const Scope& scope, std::uint32_t file,
                                   int depth = 0);
+  /// const_eval of an expression resolved through names.
+  std::optional<Const> const_eval_at(const Binding& b, int depth);
 
   /// A clause duration (`for 3 samples`, `cooldown n`).
   std::optional<ir::Dur> duration(const ast::Expr& e, const Scope& scope, std::uint32_t file,
@@ -234,6 +236,19 @@ class Checker {
   std::string root_dir_;  // the directory of the root file being loaded; imports stay below it
   std::set<std::string> imported_;
   std::set<std::string> expanding_;
+  /// Each let's checked body (null if it has errors, reported once) and the
+  /// series uses it adds, by declaration.
+  struct LetIR {
+    ir::NodePtr node;
+    std::vector<SeriesUse> uses;
+  };
+  std::map<const ast::LetDecl*, LetIR> let_ir_;
+  /// const_eval's results for binary expressions by (expression, scope),
+  /// filled once params are final: a let chain of constants is evaluated
+  /// once per let, not 2^n times.
+  std::map<std::pair<const ast::Expr*, const Scope*>, std::optional<Const>> const_memo_;
+  bool const_memo_on_ = false;
+  bool const_cut_ = false;  // const_eval hit its depth bound (not memoised)
   std::set<std::string> rule_names_;
   std::vector<SeriesUse> series_uses_;
   int depth_ = 0;

@@ -37,9 +37,12 @@ void Engine::Impl::evaluate_rules() {
   const auto& store = state.store;
   // Room for every rule to fire for every label set at once, so the
   // observation where everything goes wrong does not allocate.
+  // Grown geometrically: reserving exactly `room` when one new label set
+  // arrives per observation copied every firing slot each time (quadratic).
   const std::size_t room = plan->rules.size() * store.labelsets.size();
-  if (firings.capacity() < room) firings.reserve(room);
-  if (hits.capacity() < store.labelsets.size()) hits.reserve(store.labelsets.size());
+  if (firings.capacity() < room) firings.reserve(std::max(room, 2 * firings.capacity()));
+  if (hits.capacity() < store.labelsets.size())
+    hits.reserve(std::max(store.labelsets.size(), 2 * hits.capacity()));
   const interp::RuleClock clock{state.obs,        state.clock.step, state.clock.time,
                                 state.first_time, state.epoch,      store.modes[state.clock.mode]};
   for (std::size_t ri = 0; ri < plan->rules.size(); ++ri) {
@@ -139,14 +142,18 @@ void Engine::on(std::string_view action, ActionCallback callback) {
 
 std::vector<Diagnostic> Engine::unbound_actions() const { return impl_->unbound_actions(); }
 
-std::optional<SeriesId> Engine::series(std::string_view key) {
-  return impl_->state.store.intern_series(key);
+std::optional<SeriesId> Engine::Impl::intern(std::string_view key) {
+  auto id = state.store.intern_series(key);
+  state.stats.label_limit_drops = state.store.label_limit_drops;
+  return id;
 }
+
+std::optional<SeriesId> Engine::series(std::string_view key) { return impl_->intern(key); }
 
 std::optional<SeriesId> Engine::series(std::string_view name, const Labels& labels) {
   Labels sorted = labels;
   std::sort(sorted.begin(), sorted.end());
-  return impl_->state.store.intern_series(format_series_key(name, sorted));
+  return impl_->intern(format_series_key(name, sorted));
 }
 
 std::span<const Firing> Engine::observe(std::int64_t step, std::span<const Sample> samples,
@@ -160,7 +167,7 @@ std::span<const Firing> Engine::observe(
   std::vector<Sample> samples;
   samples.reserve(values.size());
   for (const auto& [key, v] : values)
-    if (auto id = impl_->state.store.intern_series(key)) samples.push_back({*id, v});
+    if (auto id = impl_->intern(key)) samples.push_back({*id, v});
   return impl_->observe(step, samples, options);
 }
 

@@ -32,8 +32,8 @@ namespace vigil {
 /// once, in one function for both directions). A fresh EngineState over the
 /// same program is an engine that has seen nothing.
 struct EngineState {
-  explicit EngineState(const Program& program)
-      : store(program), exec(program.impl().plan), rules(program.impl().plan.rules.size()) {}
+  EngineState(const Program& program, std::size_t max_label_sets)
+      : store(program, max_label_sets), exec(program.impl().plan), rules(program.impl().plan.rules.size()) {}
 
   interp::SeriesStore store;             // ids, histories
   interp::Executor exec;                 // columns, detector slots, expression histories
@@ -47,7 +47,8 @@ struct EngineState {
 
 struct Engine::Impl {
   Impl(Program p, EngineOptions o)
-      : program(std::move(p)), plan(&program.impl().plan), options(std::move(o)), state(program) {}
+      : program(std::move(p)), plan(&program.impl().plan), options(std::move(o)),
+        state(program, options.max_label_sets) {}
 
   // engine.cpp
   std::span<const Firing> observe(std::int64_t step, std::span<const Sample> samples,
@@ -55,6 +56,8 @@ struct Engine::Impl {
   void ingest(const Sample& smp);
   void evaluate_rules();
   void record(std::span<const Sample> samples);
+  /// Interns a trace key (SeriesStore::intern_series), counting refusals.
+  std::optional<SeriesId> intern(std::string_view key);
   // actions.cpp
   void check_bindings();
   [[nodiscard]] std::vector<Diagnostic> unbound_actions() const;

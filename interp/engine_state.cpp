@@ -225,7 +225,12 @@ void transfer(A& a, S& s, const interp::Plan& plan) {
   a.pod(s.clock.low_step);
   a.pod(s.clock.last_time);
   a.pod(s.clock.mode);
-  a.pod(s.stats);
+  // The four counters of format 4, field by field: counters added to
+  // EngineStats since (label_limit_drops) are this process's, not saved.
+  a.pod(s.stats.observations);
+  a.pod(s.stats.out_of_order);
+  a.pod(s.stats.firings);
+  a.pod(s.stats.gather_failures);
 
   const std::size_t label_count = store.labelsets.size();
   for (auto& slots : s.exec.slots) transfer_by_label(a, slots, label_map, label_count);
@@ -281,7 +286,7 @@ void Engine::Impl::restore(std::string_view bytes) {
     throw Error("engine state was saved by a different rule program");
   // The host's series and tensor ids stay valid: the fresh state first
   // interns this engine's keys in id order, then takes the saved state by key.
-  EngineState fresh(program);
+  EngineState fresh(program, options.max_label_sets);
   for (SeriesId id = 0; id < state.store.series.size(); ++id)
     fresh.store.intern_rule_series(state.store.key(id));
   for (const auto& t : state.store.tensors)

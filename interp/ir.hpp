@@ -3,8 +3,12 @@
 // are bound to a registry overload, durations are normalised. Rules are
 // fully instantiated (templates never appear here).
 //
-// The IR is a tree owned by the Rule; the planner turns the trees of all
-// rules into one shared DAG.
+// The IR is a DAG owned by the Rules (shared_ptr): a let's body is checked
+// once and every use of the let shares its node, so `let x2 = x1 + x1`
+// chains cost what their text does, not 2^n (issue 11 §3). Nodes are not
+// changed once built. Walks over the IR must visit a node once (memoise on
+// its address); the planner turns the IR of all rules into one DAG with
+// shared structural subexpressions.
 //
 // Owns: the IR types. Must not touch: parsing (grammar/) or planning.
 #pragma once
@@ -28,6 +32,22 @@ struct Dur {
   Unit unit = Unit::samples;
   double amount = 0;
 };
+
+/// The largest amount a clause or range duration may have (2^53: counts
+/// and steps stay exact integers in a double; for seconds, 285 million
+/// years). Larger ones, `for 1e308h` included, are an error.
+inline constexpr double max_duration_amount = 9007199254740992.0;
+
+inline const char* unit_word(Unit u) {
+  switch (u) {
+    case Unit::samples: return "samples";
+    case Unit::evals: return "evals";
+    case Unit::steps: return "steps";
+    case Unit::seconds: return "seconds";
+    case Unit::epochs: return "epochs";
+  }
+  return "";
+}
 
 enum class MatchOp { eq, ne, re, nre };
 
@@ -66,12 +86,12 @@ struct Node {
   Dur window;           // Op::range_call
   const stdlib::FunctionDef* fn = nullptr;  // call, range_call
   std::vector<double> const_args;           // range_call/stateful: constant params, in order
-  std::vector<std::unique_ptr<Node>> args;  // operands / non-constant arguments
+  std::vector<std::shared_ptr<Node>> args;  // operands / non-constant arguments
   std::uint32_t file = 0;
   SourceRange range;
 };
 
-using NodePtr = std::unique_ptr<Node>;
+using NodePtr = std::shared_ptr<Node>;
 
 /// The most `escalate` clauses a rule may have: the checker rejects more, and
 /// the engine's per-element state has room for exactly this many chains.

@@ -88,8 +88,10 @@ class Planner {
       PlanRule pr;
       pr.root = add(*r.condition);
       // Built on the IR, before folding can turn `1 < 2` into a constant.
+      decision_at_.clear();
       decision(*r.condition, pr.decisions);
-      collect_leaves(pr.root, pr.leaves);
+      std::vector<bool> visited(plan_.nodes.size(), false);
+      collect_leaves(pr.root, pr.leaves, visited);
       r.condition.reset();
       pr.rule = std::move(r);
       plan_.rules.push_back(std::move(pr));
@@ -133,7 +135,10 @@ class Planner {
   /// Appends the decision tree of `n` (see Decision); returns its index.
   /// Plan ids come from `ids_` (filled by add), so this adds no nodes.
   std::int32_t decision(const ir::Node& n, std::vector<Decision>& out) {
+    // The IR is a DAG (a let used twice): a shared node's decisions once.
+    if (auto it = decision_at_.find(&n); it != decision_at_.end()) return it->second;
     const auto at = static_cast<std::int32_t>(out.size());
+    decision_at_.emplace(&n, at);
     out.push_back({Decision::Kind::none, ids_.at(&n), no_node, -1, -1});
     if (is_comparison(n.op)) {
       out[at].kind = Decision::Kind::comparison;
@@ -153,13 +158,18 @@ class Planner {
     return at;
   }
 
-  void collect_leaves(std::uint32_t id, std::vector<std::uint32_t>& out) const {
+  /// The plan is a DAG (CSE, shared lets): each node once, or `x + x`
+  /// chains cost 2^depth.
+  void collect_leaves(std::uint32_t id, std::vector<std::uint32_t>& out,
+                      std::vector<bool>& visited) const {
+    if (visited[id]) return;
+    visited[id] = true;
     const auto& n = plan_.nodes[id];
     if (n.op == ir::Op::selector || n.op == ir::Op::range_call) {
       if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
       if (n.selector != no_node) return;  // a range over an expression: its series too
     }
-    for (auto in : n.inputs) collect_leaves(in, out);
+    for (auto in : n.inputs) collect_leaves(in, out, visited);
   }
 
   std::uint32_t selector_id(const ir::Selector& s) {
@@ -181,6 +191,8 @@ class Planner {
   }
 
   std::uint32_t add(const ir::Node& n) {
+    // The IR is a DAG (lets are shared): each node is planned once.
+    if (auto it = ids_.find(&n); it != ids_.end()) return it->second;
     const std::uint32_t id = add_node(n);
     ids_[&n] = id;
     return id;
@@ -255,6 +267,7 @@ class Planner {
   Plan plan_;
   std::unordered_map<std::string, std::uint32_t> nodes_;
   std::unordered_map<const ir::Node*, std::uint32_t> ids_;  // IR node -> plan node
+  std::unordered_map<const ir::Node*, std::int32_t> decision_at_;  // this rule's
   std::unordered_map<std::string, std::uint32_t> selectors_;
 };
 

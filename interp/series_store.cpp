@@ -14,21 +14,32 @@ constexpr StatMask update_stats = stat_bit(Stat::update_norm) | stat_bit(Stat::u
 
 }  // namespace
 
-SeriesStore::SeriesStore(Program program)
-    : program_(std::move(program)), plan_(&program_.impl().plan) {
+SeriesStore::SeriesStore(Program program, std::size_t max_label_sets)
+    : program_(std::move(program)), plan_(&program_.impl().plan), max_label_sets_(max_label_sets) {
   labelsets.push_back(std::make_unique<Labels>());
-  labelset_ids_.emplace("", 0);
+  labelset_ids_.emplace(labelsets.back().get(), 0);
   members.resize(plan_->selectors.size());
 }
 
-std::uint32_t SeriesStore::intern_labels(const Labels& labels) {
-  std::string key = format_series_key("", labels);
-  auto [it, added] = labelset_ids_.try_emplace(key, static_cast<std::uint32_t>(labelsets.size()));
-  if (added) labelsets.push_back(std::make_unique<Labels>(labels));
-  return it->second;
+std::size_t SeriesStore::LabelsHash::operator()(const Labels* l) const {
+  std::size_t h = l->size();
+  for (const auto& [k, v] : *l) {
+    h = h * 1000003u ^ std::hash<std::string>{}(k);
+    h = h * 1000003u ^ std::hash<std::string>{}(v);
+  }
+  return h;
 }
 
-SeriesId SeriesStore::add_series(const std::string& key, std::string name, const Labels& labels) {
+std::uint32_t SeriesStore::intern_labels(const Labels& labels) {
+  // Keyed by the stored label set itself: no second copy of its text.
+  if (auto it = labelset_ids_.find(&labels); it != labelset_ids_.end()) return it->second;
+  const auto id = static_cast<std::uint32_t>(labelsets.size());
+  labelsets.push_back(std::make_unique<Labels>(labels));
+  labelset_ids_.emplace(labelsets.back().get(), id);
+  return id;
+}
+
+SeriesId SeriesStore::add_series(std::string key, std::string name, const Labels& labels) {
   Series s;
   s.name = std::move(name);
   s.labels = intern_labels(labels);
@@ -44,8 +55,9 @@ SeriesId SeriesStore::add_series(const std::string& key, std::string name, const
   }
   s.hist.reserve(std::max<std::size_t>(s.need.count, 2));
   if (s.name == "epoch" && labels.empty()) epoch_series = id;
+  ++label_sets_per_name_[s.name];
   series.push_back(std::move(s));
-  series_ids_.emplace(key, id);
+  series_ids_.emplace(std::move(key), id);
   return id;
 }
 
@@ -56,7 +68,7 @@ std::optional<SeriesId> SeriesStore::intern_rule_series(std::string_view key) {
   if (!parse_series_key(key, name, labels)) return std::nullopt;
   std::string canonical = format_series_key(name, labels);
   if (auto it = series_ids_.find(canonical); it != series_ids_.end()) return it->second;
-  return add_series(canonical, name, labels);
+  return add_series(std::move(canonical), name, labels);
 }
 
 // Aliases are one simultaneous renaming (`alias a = b` + `alias b = c` reads
@@ -64,15 +76,47 @@ std::optional<SeriesId> SeriesStore::intern_rule_series(std::string_view key) {
 // from being looked up as a rule name.
 std::optional<SeriesId> SeriesStore::intern_series(std::string_view key) {
   if (auto it = trace_ids_.find(key); it != trace_ids_.end()) return it->second;
+  // A canonical key of a series no alias touches is its own rule-side key:
+  // found without parsing, and never copied into trace_ids_ (a key can be
+  // tens of megabytes; issue 11 §3).
+  if (auto it = series_ids_.find(key); it != series_ids_.end() && !alias_involved(series[it->second].name))
+    return it->second;
   std::string name;
   Labels labels;
   if (!parse_series_key(key, name, labels)) return std::nullopt;
   const std::string_view rule_name = program_.resolve_alias(name);  // `alias loss = train/loss`
   const bool exact = rule_name == name;
+  std::string canonical = format_series_key(rule_name, labels);
+  if (!alias_involved(rule_name)) {
+    // No other trace series can land on this name: no owner to track.
+    std::optional<SeriesId> id;
+    if (auto it = series_ids_.find(canonical); it != series_ids_.end()) {
+      id = it->second;
+    } else {
+      if (max_label_sets_ != 0) {
+        auto n = label_sets_per_name_.find(rule_name);
+        if (n != label_sets_per_name_.end() && n->second >= max_label_sets_) {
+          ++label_limit_drops;  // not cached: a flood of new keys must not grow memory
+          return std::nullopt;
+        }
+      }
+      const bool is_canonical = canonical == key;
+      id = add_series(std::move(canonical), std::move(name), labels);
+      if (is_canonical) return id;  // found through series_ids_ from now on
+    }
+    trace_ids_.emplace(std::string(key), id);  // another spelling of the key
+    return id;
+  }
   std::string trace_canonical = format_series_key(name, labels);
-  const std::string canonical = format_series_key(rule_name, labels);
   std::optional<SeriesId> id;
   if (auto it = series_ids_.find(canonical); it == series_ids_.end()) {
+    if (max_label_sets_ != 0) {
+      auto n = label_sets_per_name_.find(rule_name);
+      if (n != label_sets_per_name_.end() && n->second >= max_label_sets_) {
+        ++label_limit_drops;  // not cached: a flood of new keys must not grow memory
+        return std::nullopt;
+      }
+    }
     id = add_series(canonical, std::string(rule_name), labels);
     owners_.emplace(*id, TraceOwner{std::move(trace_canonical), exact, {std::string(key)}});
   } else {
@@ -91,6 +135,13 @@ std::optional<SeriesId> SeriesStore::intern_series(std::string_view key) {
   }
   trace_ids_.emplace(std::string(key), id);
   return id;
+}
+
+bool SeriesStore::alias_involved(std::string_view name) const {
+  // Aliases are few (a rule file's `alias` lines): a scan is cheaper than a set.
+  for (const auto& [from, to] : program_.aliases())
+    if (from == name || to == name) return true;
+  return false;
 }
 
 std::optional<TensorId> SeriesStore::intern_tensor(std::string_view key) {

@@ -70,7 +70,7 @@ class SeriesStore {
   /// A store for `program`'s plan: which selectors a series joins is decided
   /// when it is interned. Starts with the empty label set (id 0) and the
   /// modes "train" (0) and "eval" (1).
-  explicit SeriesStore(Program program);
+  explicit SeriesStore(Program program, std::size_t max_label_sets = default_max_label_sets);
 
   /// The id of a label set (sorted), interning it.
   std::uint32_t intern_labels(const Labels& labels);
@@ -81,6 +81,9 @@ class SeriesStore {
   /// alias (from its first appearance on), otherwise the first to appear
   /// keeps the name; the loser's key, or a malformed one, gives nullopt
   /// (docs/language.md, alias).
+  /// A key that would give its series name more than max_label_sets label
+  /// sets (EngineOptions) is refused too (nullopt, counted in
+  /// label_limit_drops) and not remembered.
   std::optional<SeriesId> intern_series(std::string_view key);
   /// A series by its rule-side key (aliases already applied): derived tensor
   /// stats and restored state. nullopt if the key is malformed.
@@ -104,9 +107,13 @@ class SeriesStore {
   std::vector<TensorSeries> tensors;
   std::vector<std::vector<SeriesId>> members;  // per plan selector, by label id
   std::optional<SeriesId> epoch_series;        // `epoch`, the epoch clock
+  std::uint64_t label_limit_drops = 0;         // keys refused by max_label_sets
 
  private:
-  SeriesId add_series(const std::string& key, std::string name, const Labels& labels);
+  SeriesId add_series(std::string key, std::string name, const Labels& labels);
+  /// Whether `name` is a trace name some alias renames or an alias's target:
+  /// only then can two trace series land on one series (owners_).
+  [[nodiscard]] bool alias_involved(std::string_view name) const;
 
   /// Key -> id, looked up by string_view without building a string.
   struct KeyHash {
@@ -117,7 +124,17 @@ class SeriesStore {
 
   Program program_;
   const Plan* plan_;
-  std::unordered_map<std::string, std::uint32_t> labelset_ids_;
+  std::size_t max_label_sets_;  // per series name; 0: unbounded
+  /// Label sets per series name (rule side), for max_label_sets_.
+  std::unordered_map<std::string, std::size_t, KeyHash, std::equal_to<>> label_sets_per_name_;
+  /// Label set -> id, keyed by the label sets in `labelsets` (stable addresses).
+  struct LabelsHash {
+    std::size_t operator()(const Labels* l) const;
+  };
+  struct LabelsEq {
+    bool operator()(const Labels* a, const Labels* b) const { return *a == *b; }
+  };
+  std::unordered_map<const Labels*, std::uint32_t, LabelsHash, LabelsEq> labelset_ids_;
   KeyMap series_ids_;  // rule-side keys
   /// Trace keys as hosts and readers spell them -> the series read (nullopt:
   /// malformed, or lost its name to another trace series).

@@ -14,6 +14,8 @@
 #include <limits>
 #include <set>
 
+#include <fmt/format.h>
+
 namespace vigil::stdlib {
 namespace {
 
@@ -326,6 +328,19 @@ double s_page_hinkley(DetectorState& st, double x, std::span<const double> c) {
 using T = ArgType;
 constexpr Param num(std::string_view n) { return {n, T::number}; }
 constexpr Param cnum(std::string_view n) { return {n, T::number, true}; }
+/// A constant number in [lo, hi] (an end excluded if open).
+constexpr Param cnum(std::string_view n, double lo, bool lo_open, double hi, bool hi_open) {
+  Param p{n, T::number, true};
+  p.lo = lo;
+  p.lo_open = lo_open;
+  p.hi = hi;
+  p.hi_open = hi_open;
+  return p;
+}
+constexpr Param positive(std::string_view n) { return cnum(n, 0, true, inf, false); }
+constexpr Param non_negative(std::string_view n) { return cnum(n, 0, false, inf, false); }
+/// A smoothing weight: 0 < w <= 1.
+constexpr Param weight(std::string_view n) { return cnum(n, 0, true, 1, false); }
 constexpr Param rng(std::string_view n) { return {n, T::range}; }
 
 FunctionDef ew(std::string_view name, std::vector<Param> ps, ElementwiseKernel k,
@@ -434,7 +449,7 @@ std::vector<FunctionDef> make_defs() {
   d.push_back(rf("median", {rng("r")}, r_median, 1, "median (linear interpolation)",
                  "loss > 2 * median(loss[100])"));
   {
-    Param q = cnum("q");
+    Param q = cnum("q", 0, false, 1, false);
     d.push_back(rf("quantile", {rng("r"), q}, r_quantile, 1,
                    "q-quantile, 0 <= q <= 1, linear between closest ranks (numpy default)",
                    "step_time > quantile(step_time[500], 0.95)"));
@@ -469,7 +484,7 @@ std::vector<FunctionDef> make_defs() {
                  "0.6745 * (latest - median) / MAD of the window's other samples",
                  "robust_z(loss[100]) > 5", T::number,
                  "needs the full window: N samples of x[N]"));
-  d.push_back(rf("iqr_outlier", {rng("r"), cnum("k")}, r_iqr_outlier, 3,
+  d.push_back(rf("iqr_outlier", {rng("r"), non_negative("k")}, r_iqr_outlier, 3,
                  "true if latest lies outside [Q1 - k*IQR, Q3 + k*IQR] of the other samples",
                  "iqr_outlier(step_time[200], 3)", T::boolean,
                  "needs the full window: N samples of x[N]"));
@@ -505,7 +520,7 @@ std::vector<FunctionDef> make_defs() {
   d.push_back(sf("samples_seen", {num("x")}, s_samples_seen,
                  "number of samples of x so far, this one and NaN samples included",
                  "samples_seen(val_loss) >= 3 and val_loss > 1", "defined from the 1st sample"));
-  d.push_back(sf("ewma", {num("x"), cnum("alpha")}, s_ewma,
+  d.push_back(sf("ewma", {num("x"), weight("alpha")}, s_ewma,
                  "exponentially weighted moving average, s = alpha*x + (1-alpha)*s, s0 = x0",
                  "loss > 1.5 * ewma(loss, 0.1)", "defined from the 1st sample"));
   d.push_back(sf("best", {num("x"), mode}, s_best, "best value so far (\"min\" or \"max\")",
@@ -514,14 +529,14 @@ std::vector<FunctionDef> make_defs() {
                  "samples since the last improvement of at least min_delta (0 when improving)",
                  "steps_since_best(val_loss, 0.001, \"min\") >= 5",
                  "0 at the 1st sample; can reach N after N+1 samples"));
-  d.push_back(sf("ewma_chart", {num("x"), cnum("lambda"), cnum("L")}, s_ewma_chart,
+  d.push_back(sf("ewma_chart", {num("x"), weight("lambda"), positive("L")}, s_ewma_chart,
                  "EWMA control chart: true when the EWMA leaves mean +- L*sigma_ewma of the prior "
                  "samples",
                  "ewma_chart(loss, 0.2, 3)", "can be true from the 3rd sample", T::boolean));
-  d.push_back(sf("cusum", {num("x"), cnum("k"), cnum("h")}, s_cusum,
+  d.push_back(sf("cusum", {num("x"), non_negative("k"), positive("h")}, s_cusum,
                  "two-sided tabular CUSUM of the standardised sample; true when S+ or S- > h",
                  "cusum(loss, 0.5, 5)", "can be true from the 3rd sample", T::boolean));
-  d.push_back(sf("page_hinkley", {num("x"), cnum("delta"), cnum("lambda")}, s_page_hinkley,
+  d.push_back(sf("page_hinkley", {num("x"), non_negative("delta"), positive("lambda")}, s_page_hinkley,
                  "Page-Hinkley test for an increase of the mean; true when m_t - min m > lambda",
                  "page_hinkley(loss, 0.005, 50)", "can be true from the 2nd sample", T::boolean));
   return d;
@@ -542,6 +557,17 @@ std::vector<std::string> FunctionRegistry::names() const {
   std::set<std::string> s;
   for (const auto& d : defs_) s.emplace(d.name);
   return {s.begin(), s.end()};
+}
+
+std::string range_text(const Param& p) {
+  const bool has_lo = std::isfinite(p.lo), has_hi = std::isfinite(p.hi);
+  auto num = [](double v) { return fmt::format("{}", v); };
+  if (has_lo && has_hi)
+    return fmt::format("{} {} {} {} {}", num(p.lo), p.lo_open ? "<" : "<=", p.name,
+                       p.hi_open ? "<" : "<=", num(p.hi));
+  if (has_lo) return fmt::format("{} {} {}", p.name, p.lo_open ? ">" : ">=", num(p.lo));
+  if (has_hi) return fmt::format("{} {} {}", p.name, p.hi_open ? "<" : "<=", num(p.hi));
+  return "any finite number";
 }
 
 const FunctionRegistry& standard_functions() {

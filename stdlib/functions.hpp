@@ -12,8 +12,10 @@
 // Owns: the registry's types. Must not touch: checking or the executor's columns.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,7 +50,24 @@ struct Param {
   /// For constant strings: the allowed words, '|'-separated ("min|max"); the
   /// kernel receives the word's index as a double.
   std::string_view choices = {};
+  /// For constant numbers: the allowed range, lo and hi included unless
+  /// open. Every constant number must also be finite. The checker rejects
+  /// others at compile time with the argument's position; the docs show the
+  /// range (range_text).
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false;
+  bool hi_open = false;
+
+  /// Whether constant `x` is an allowed value of this parameter.
+  [[nodiscard]] bool accepts(double x) const {
+    return std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+  }
 };
+
+/// A constant number parameter's range as text: "0 < alpha <= 1",
+/// "h > 0", "any finite number".
+std::string range_text(const Param& p);
 
 /// A window of one series: the last `n` samples in time order.
 /// `scratch` has room for 2n doubles (kernels that sort use it).

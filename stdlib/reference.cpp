@@ -18,8 +18,10 @@ std::string signature(const FunctionDef& d) {
       ps += fmt::format("{} (a series)", p.name);
     else if (!p.choices.empty())
       ps += fmt::format("{}: \"{}\"", p.name, p.choices);
+    else if (p.constant)
+      ps += fmt::format("{} (constant, {})", p.name, range_text(p));
     else
-      ps += fmt::format("{}{}", p.name, p.constant ? " (constant)" : "");
+      ps += p.name;
   }
   if (d.variadic) ps += ", ...";
   return fmt::format("{}({}) -> {}", d.name, ps, d.result == ArgType::boolean ? "bool" : "number");

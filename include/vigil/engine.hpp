@@ -105,6 +105,9 @@ enum class UnboundActions {
 /// failure. vigil::torch::allgather makes one over a c10d process group.
 using AllGather = std::function<bool(std::span<const double> local, std::vector<double>& all)>;
 
+/// EngineOptions::max_label_sets' default (docs/limits.md).
+inline constexpr std::size_t default_max_label_sets = 100'000;
+
 struct EngineOptions {
   /// Param overrides (recompiles the program's sources with them).
   std::map<std::string, Value> params;
@@ -118,6 +121,15 @@ struct EngineOptions {
   /// If the call fails, this process's own stats are used and
   /// EngineStats::gather_failures counts it.
   AllGather allgather;
+  /// Cardinality bound, like Prometheus' sample and label limits: at most
+  /// this many label sets per series name (`grad_norm{layer=...}` counts its
+  /// layers). A key that would add one more is refused: series() returns
+  /// std::nullopt for it (and its samples are not read), and
+  /// EngineStats::label_limit_drops counts it. Refused
+  /// keys are not remembered, so memory stays bounded however many arrive.
+  /// 0: no bound. Costs: each label set held costs memory (its history) and
+  /// every observation evaluates a rule over all its label sets.
+  std::size_t max_label_sets = default_max_label_sets;
 };
 
 struct EngineStats {
@@ -125,6 +137,10 @@ struct EngineStats {
   std::uint64_t out_of_order = 0;
   std::uint64_t firings = 0;
   std::uint64_t gather_failures = 0;
+  /// Series-key lookups refused by EngineOptions::max_label_sets (each
+  /// refused call of series() counts; a host that looks up the key of every
+  /// sample, as rulecheck does, counts the samples dropped).
+  std::uint64_t label_limit_drops = 0;
 };
 
 class Engine {

@@ -67,6 +67,9 @@ struct RuleInfo {
   std::string description;
   Severity severity = Severity::warning;
   std::string mode;  // empty: any mode
+  /// Where `in MODE` is written (for "mode never appears in the trace").
+  std::uint32_t mode_file = 0;
+  SourceRange mode_range;
   std::vector<Action> actions;
   std::vector<Escalation> escalations;
   /// The series names the rule's condition reads, sorted.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "vigil/engine.hpp"
+
 namespace rulecheck {
 
 struct RunOptions {
@@ -26,6 +28,7 @@ struct RunOptions {
   unsigned jobs = 0;  // runs evaluated at once; 0: one per core
   std::uint64_t max_line = std::uint64_t{64} << 20;  // TraceOptions::max_line_bytes
   std::vector<std::string> import_paths;  // CompileOptions::import_paths
+  std::size_t max_label_sets = vigil::default_max_label_sets;  // EngineOptions; 0: none
 };
 
 /// `rulecheck watch`: follow one growing trace.
@@ -44,6 +47,7 @@ struct WatchOptions {
   std::vector<std::string> aliases;
   std::uint64_t max_line = std::uint64_t{64} << 20;  // TraceOptions::max_line_bytes
   std::vector<std::string> import_paths;  // CompileOptions::import_paths
+  std::size_t max_label_sets = vigil::default_max_label_sets;  // EngineOptions; 0: none
 };
 
 /// `rulecheck test`: rule unit tests in .rtest files (docs/rtest.md).

@@ -3,6 +3,8 @@
 // Owns: what the subcommands share. Must not touch: any one subcommand's output format.
 #include "tools/rulecheck/common.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -197,41 +199,122 @@ void print_firing_json(const vigil::Firing& f, const std::string& trace, std::st
 
 // Warns (as diagnostics at the rule text) about series the rules read that
 // the trace never contains: usually a naming mismatch between logger and rules.
+namespace {
+// The name written around `range` when it is joined to neighbours by '/'
+// without spaces (`train/loss`, `eval/acc/top1`): the text a user meant as
+// one series name. Otherwise the range's own text.
+std::string slash_joined(const std::string& text, vigil::SourceRange range) {
+  auto word = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '/';
+  };
+  std::size_t b = std::min<std::size_t>(range.begin, text.size());
+  std::size_t e = std::min<std::size_t>(std::max(range.end, range.begin), text.size());
+  while (b > 0 && word(text[b - 1])) --b;
+  while (e < text.size() && word(text[e])) ++e;
+  // Trim slashes at the ends (`x /y` is not a name).
+  while (b < e && text[b] == '/') ++b;
+  while (e > b && text[e - 1] == '/') --e;
+  return text.substr(b, e - b);
+}
+}  // namespace
+
 void warn_missing_series(const vigil::Program& program, const std::string& trace,
-                         const std::unordered_set<std::string>& names_seen) {
+                         const std::unordered_set<std::string>& names_seen,
+                         const std::unordered_set<std::string>* modes_seen) {
   const std::vector<std::string> candidates(names_seen.begin(), names_seen.end());
   std::unordered_set<std::string> warned;  // one warning per series name, at its first use
   std::vector<vigil::Diagnostic> warnings;
+  const auto& sources = program.sources();
   for (const auto& use : program.series_uses()) {
     if (names_seen.contains(use.name) || !warned.insert(use.name).second) continue;
     vigil::Diagnostic d;
     d.level = vigil::DiagLevel::warning;
     d.code = "missing-series";
     d.message = fmt::format("series '{}' never appears in trace '{}'", use.name, trace);
+    d.suggestion = vigil::closest_match(use.name, candidates);
+    // `train/loss` without backticks is `train` divided by `loss`: when the
+    // joined name is a series of the trace, or every part is missing too,
+    // suggest the backticked name (once, not once per part).
+    if (const auto joined = slash_joined(sources[use.file].text, use.range);
+        joined.find('/') != std::string::npos && joined != use.name) {
+      bool parts_missing = true;  // and every part a name (`loss/2` divides)
+      for (std::size_t at = 0; at <= joined.size();) {
+        const auto slash = std::min(joined.find('/', at), joined.size());
+        const auto part = joined.substr(at, slash - at);
+        parts_missing &= !part.empty() && !std::isdigit(static_cast<unsigned char>(part[0])) &&
+                         !names_seen.contains(part);
+        at = slash + 1;
+      }
+      if (names_seen.contains(joined) || parts_missing) {
+        for (std::size_t at = 0; at <= joined.size();) {
+          const auto slash = std::min(joined.find('/', at), joined.size());
+          warned.insert(joined.substr(at, slash - at));
+          at = slash + 1;
+        }
+        d.message = fmt::format(
+            "series '{}' never appears in trace '{}'; '{}' divides series, a name with '/' is "
+            "written in backticks",
+            use.name, trace, joined);
+        d.suggestion = "`" + joined + "`";
+      }
+    }
+    // `for 2 epochs` reads the epoch series without naming it: say why.
+    const auto& text = sources[use.file].text;
+    if (use.name == "epoch" && use.range.end <= text.size() &&
+        text.compare(use.range.begin, use.range.end - use.range.begin, "epoch") != 0)
+      d.message = fmt::format(
+          "'{}' counts epochs by the series 'epoch', which never appears in trace '{}': this "
+          "clause never completes (log an 'epoch' series, or use steps)",
+          escape_controls(text.substr(use.range.begin, use.range.end - use.range.begin)), trace);
     d.file = use.file;
     d.range = use.range;
-    d.suggestion = vigil::closest_match(use.name, candidates);
     warnings.push_back(std::move(d));
+  }
+  if (modes_seen) {
+    std::vector<std::string> modes(modes_seen->begin(), modes_seen->end());
+    std::sort(modes.begin(), modes.end());
+    std::string listed;
+    for (const auto& m : modes) listed += (listed.empty() ? "" : ", ") + escape_controls(m);
+    std::unordered_set<std::string> warned_modes;  // one warning per mode
+    for (const auto& rule : program.rules()) {
+      if (rule.mode.empty() || modes_seen->contains(rule.mode) ||
+          !warned_modes.insert(rule.mode).second)
+        continue;
+      vigil::Diagnostic d;
+      d.level = vigil::DiagLevel::warning;
+      d.code = "missing-mode";
+      d.message = fmt::format(
+          "mode '{}' never appears in trace '{}' (its modes: {}): rules 'in {}' never run",
+          escape_controls(rule.mode), trace, listed.empty() ? "none" : listed,
+          escape_controls(rule.mode));
+      d.file = rule.mode_file;
+      d.range = rule.mode_range;
+      d.suggestion = vigil::closest_match(rule.mode, modes);
+      warnings.push_back(std::move(d));
+    }
   }
   print_err(vigil::format_diagnostics(warnings, program.sources()));
 }
 
 namespace {
 // rulecheck records actions, never executes them.
-vigil::EngineOptions recording() {
+vigil::EngineOptions recording(std::size_t max_label_sets) {
   vigil::EngineOptions options;
   options.unbound = vigil::UnboundActions::record;
+  options.max_label_sets = max_label_sets;
   return options;
 }
 }  // namespace
 
-Replay::Replay(const vigil::Program& program, std::string trace)
+Replay::Replay(const vigil::Program& program, std::string trace, std::size_t max_label_sets)
     : trace_(std::move(trace)),
-      engine_(program, recording()) {}
+      engine_(program, recording(max_label_sets)),
+      max_label_sets_(max_label_sets) {}
 
 void Replay::intern(const vigil::Observation& obs) {
   samples_.clear();
   ++stamp_;
+  if (!modes_seen_.contains(obs.mode)) modes_seen_.insert(obs.mode);
   for (const auto& [key, value] : obs.values) {
     auto it = ids_.find(key);
     if (it == ids_.end()) {
@@ -241,8 +324,15 @@ void Replay::intern(const vigil::Observation& obs) {
       if (well_formed) {
         const std::string rule_name(engine_.program().resolve_alias(name));
         names_seen_.emplace(rule_name);  // as the rules name it
-        note_owner(vigil::format_series_key(rule_name, labels),
-                   vigil::format_series_key(name, labels), rule_name == name);
+        // Two trace series can only land on one name through an alias: only
+        // then are the (possibly huge) keys worth copying to track owners.
+        const auto& aliases = engine_.program().aliases();
+        const bool alias_involved =
+            std::any_of(aliases.begin(), aliases.end(),
+                        [&](const auto& a) { return a.first == name || a.second == rule_name; });
+        if (alias_involved)
+          note_owner(vigil::format_series_key(rule_name, labels),
+                     vigil::format_series_key(name, labels), rule_name == name);
       } else {
         print_err(fmt::format("{}: warning: malformed series key '{}' ignored\n", trace_,
                               escape_controls(key)));
@@ -252,7 +342,19 @@ void Replay::intern(const vigil::Observation& obs) {
     if (!it->second) continue;
     // Asked each time: the engine moves a name from an alias to the trace's
     // own series of that name when the latter first appears.
+    const auto drops = engine_.stats().label_limit_drops;
     const auto id = engine_.series(key);
+    if (!id && engine_.stats().label_limit_drops != drops) {
+      // One warning per trace, at the first refused label set.
+      if (!label_limit_warned_) {
+        label_limit_warned_ = true;
+        print_err(fmt::format(
+            "{}: warning: series '{}' has more than {} label sets; samples of new label sets "
+            "are ignored (raise the limit with --max-label-sets N, 0 for none)\n",
+            trace_, escape_controls(key.substr(0, key.find('{'))), max_label_sets_));
+      }
+      continue;
+    }
     if (!id) continue;  // lost a name collision (warned about in note_owner)
     if (*id >= slot_.size()) slot_.resize(*id + 1, {0, 0});
     auto& [stamp, index] = slot_[*id];

@@ -80,16 +80,21 @@ void print_firing_text(const vigil::Firing& f, const vigil::Engine& engine, bool
 void print_firing_json(const vigil::Firing& f, const std::string& trace, std::string& out);
 
 /// Warns (as diagnostics at the rule text) about series the rules read that
-/// the trace never contained: usually a naming mismatch between logger and rules.
+/// the trace never contained: usually a naming mismatch between logger and
+/// rules (`for 2 epochs` reads `epoch`). With `modes_seen`, also about each
+/// rule's `in MODE` whose mode the trace never had (the rule never runs).
 void warn_missing_series(const vigil::Program& program, const std::string& trace,
-                         const std::unordered_set<std::string>& names_seen);
+                         const std::unordered_set<std::string>& names_seen,
+                         const std::unordered_set<std::string>* modes_seen = nullptr);
 
 /// Feeds trace observations into a recording engine: interns each distinct
 /// key once, remembers which series names appeared, and warns once per
 /// malformed key.
 class Replay {
  public:
-  Replay(const vigil::Program& program, std::string trace);
+  /// `max_label_sets`: EngineOptions::max_label_sets; past it, one warning.
+  Replay(const vigil::Program& program, std::string trace,
+         std::size_t max_label_sets = vigil::default_max_label_sets);
 
   /// Observes `obs` (its samples) and returns the firings.
   std::span<const vigil::Firing> feed(const vigil::Observation& obs);
@@ -104,6 +109,7 @@ class Replay {
 
   [[nodiscard]] vigil::Engine& engine() { return engine_; }
   [[nodiscard]] const std::unordered_set<std::string>& names_seen() const { return names_seen_; }
+  [[nodiscard]] const std::unordered_set<std::string>& modes_seen() const { return modes_seen_; }
   [[nodiscard]] const std::string& trace() const { return trace_; }
 
  private:
@@ -123,7 +129,10 @@ class Replay {
   std::uint64_t stamp_ = 0;
   std::unordered_set<std::string> warned_;  // series names whose collision was reported
   std::unordered_set<std::string> names_seen_;
+  std::unordered_set<std::string> modes_seen_;
   std::vector<vigil::Sample> samples_;
+  std::size_t max_label_sets_;
+  bool label_limit_warned_ = false;
   struct Last {
     bool fed = false;
     std::int64_t step = 0;

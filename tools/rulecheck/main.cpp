@@ -132,6 +132,9 @@ int main(int argc, char** argv) {
   run->add_option("--max-line", run_opts.max_line,
                   "longest JSONL line / CSV record read, in bytes (K, M, G suffixes; default 64M)")
       ->transform(byte_size());
+  run->add_option("--max-label-sets", run_opts.max_label_sets,
+                  "most label sets per series name; samples of more are ignored, with one "
+                  "warning (default 100000; 0: no limit)");
   run->add_option("--import-path", run_opts.import_paths, import_help)
       ->allow_extra_args(false)
       ->check(CLI::ExistingDirectory);
@@ -157,6 +160,8 @@ int main(int argc, char** argv) {
   watch->add_option("--max-line", watch_opts.max_line,
                     "longest JSONL line / CSV record read or buffered, in bytes (default 64M)")
       ->transform(byte_size());
+  watch->add_option("--max-label-sets", watch_opts.max_label_sets,
+                    "most label sets per series name (default 100000; 0: no limit)");
   bool from_start = false;  // the default; the flag exists to say so explicitly
   auto* from_start_flag = watch->add_flag("--from-start", from_start,
                                           "report firings of what is already written (default)");

@@ -101,7 +101,7 @@ void collect(const vigil::Program& program, const std::set<std::string>& read_na
     print_err(e->format() + "\n");
     out.error = true;
   }
-  warn_missing_series(program, run.trace, replay.names_seen());
+  warn_missing_series(program, run.trace, replay.names_seen(), &replay.modes_seen());
 }
 
 // Trace names for legends and tables: the paths without the directories all

@@ -171,7 +171,7 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
     return;
   }
 
-  Replay replay(program, trace);
+  Replay replay(program, trace, opts.max_label_sets);
   std::string out;
   bool header_printed = false;
   std::optional<ProgressBar> progress;
@@ -231,7 +231,7 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
   if (const auto skipped = replay.engine().stats().out_of_order; skipped > 0)
     print_err(fmt::format("{}: warning: {} observation{} ignored: step went backwards within a mode\n",
                           trace, skipped, skipped == 1 ? "" : "s"));
-  warn_missing_series(program, trace, replay.names_seen());
+  warn_missing_series(program, trace, replay.names_seen(), &replay.modes_seen());
 }
 
 }  // namespace

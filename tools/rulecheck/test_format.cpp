@@ -359,6 +359,18 @@ class Parser {
       error(o, o + 5, fmt::format("'steps:' lists {} steps but a series has {} values",
                                   t.steps->size(), columns));
     }
+    // `steps START every STRIDE` numbers the columns START + i * STRIDE: the
+    // last one must be an int64 step, not a signed overflow.
+    std::int64_t last = 0;
+    if (!t.steps && columns > 0 &&
+        (__builtin_mul_overflow(static_cast<std::int64_t>(columns - 1), t.step_stride, &last) ||
+         __builtin_add_overflow(t.step_start, last, &last))) {
+      const auto o = own_.back().steps_offset ? own_.back().steps_offset : at;
+      error(o, o + 5,
+            fmt::format("'steps {} every {}' over {} values passes the largest step ({})",
+                        t.step_start, t.step_stride, columns,
+                        std::numeric_limits<std::int64_t>::max()));
+    }
     out_.tests.push_back(std::move(t));
     test_.reset();
   }

@@ -189,7 +189,7 @@ class Watcher {
     last_failed_size_.reset();
     identity_ = {st.st_dev, st.st_ino};
     regular_ = S_ISREG(st.st_mode);
-    replay_.emplace(program_, opts_.trace);
+    replay_.emplace(program_, opts_.trace, opts_.max_label_sets);
     return true;
   }
 
@@ -268,13 +268,14 @@ class Watcher {
           "{}: warning: {} observation{} ignored: step went backwards within a mode\n",
           opts_.trace, skipped, skipped == 1 ? "" : "s"));
     names_seen_.insert(replay_->names_seen().begin(), replay_->names_seen().end());
+    modes_seen_.insert(replay_->modes_seen().begin(), replay_->modes_seen().end());
     replay_.reset();
   }
 
   int finish() {
     const bool opened = replay_.has_value() || !names_seen_.empty() || observations_ > 0;
     finish_replay();
-    if (opened && !failed_) warn_missing_series(program_, opts_.trace, names_seen_);
+    if (opened && !failed_) warn_missing_series(program_, opts_.trace, names_seen_, &modes_seen_);
     print_err(fmt::format("{} firing{} of {} rule{} over {} observation{}\n", firings_,
                           firings_ == 1 ? "" : "s", rules_fired_.size(),
                           rules_fired_.size() == 1 ? "" : "s", observations_,
@@ -302,6 +303,7 @@ class Watcher {
   std::uint64_t observations_ = 0;
   std::set<std::string> rules_fired_;
   std::unordered_set<std::string> names_seen_;  // over every (re)opening
+  std::unordered_set<std::string> modes_seen_;
 };
 
 }  // namespace
