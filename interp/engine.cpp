@@ -30,6 +30,7 @@ void Engine::Impl::ingest(const Sample& smp) {
   }
   interp::push(h, s.need, smp.value, state.clock);
   s.stamp = state.obs;
+  for (const auto sel : s.selectors) store.selector_stamp[sel] = state.obs;
   if (store.epoch_series && *store.epoch_series == smp.series) state.epoch = smp.value;
 }
 

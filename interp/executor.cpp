@@ -23,11 +23,7 @@ Executor::Executor(const Plan& plan) : plan_(&plan) {
 inline bool Executor::touched(std::uint32_t id) const {
   const PlanNode& n = plan_->nodes[id];
   if (force_ || n.time_dependent) return true;
-  if (n.selector != no_node) {
-    for (SeriesId s : store_->members[n.selector])
-      if (store_->series[s].stamp == at_.obs) return true;
-    return false;
-  }
+  if (n.selector != no_node) return store_->selector_stamp[n.selector] == at_.obs;
   for (auto in : n.inputs)
     if (columns_[in].computed == at_.obs) return true;
   return false;

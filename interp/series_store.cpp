@@ -19,6 +19,7 @@ SeriesStore::SeriesStore(Program program, std::size_t max_label_sets)
   labelsets.push_back(std::make_unique<Labels>());
   labelset_ids_.emplace(labelsets.back().get(), 0);
   members.resize(plan_->selectors.size());
+  selector_stamp.resize(plan_->selectors.size(), 0);
 }
 
 std::size_t SeriesStore::LabelsHash::operator()(const Labels* l) const {
@@ -30,24 +31,28 @@ std::size_t SeriesStore::LabelsHash::operator()(const Labels* l) const {
   return h;
 }
 
-std::uint32_t SeriesStore::intern_labels(const Labels& labels) {
+std::uint32_t SeriesStore::intern_labels(const Labels& labels) { return intern_labels(Labels(labels)); }
+
+std::uint32_t SeriesStore::intern_labels(Labels&& labels) {
   // Keyed by the stored label set itself: no second copy of its text.
   if (auto it = labelset_ids_.find(&labels); it != labelset_ids_.end()) return it->second;
   const auto id = static_cast<std::uint32_t>(labelsets.size());
-  labelsets.push_back(std::make_unique<Labels>(labels));
+  labelsets.push_back(std::make_unique<Labels>(std::move(labels)));
   labelset_ids_.emplace(labelsets.back().get(), id);
   return id;
 }
 
-SeriesId SeriesStore::add_series(std::string key, std::string name, const Labels& labels) {
+SeriesId SeriesStore::add_series(std::string key, std::string name, Labels&& parsed) {
   Series s;
   s.name = std::move(name);
-  s.labels = intern_labels(labels);
+  s.labels = intern_labels(std::move(parsed));  // moved in: a label value can be megabytes
+  const Labels& labels = *labelsets[s.labels];
   const auto id = static_cast<SeriesId>(series.size());
   for (std::size_t i = 0; i < plan_->selectors.size(); ++i) {
     const auto& sel = plan_->selectors[i];
     if (!sel.matches(s.name, labels)) continue;
     s.need.widen(sel.retention);
+    s.selectors.push_back(static_cast<std::uint32_t>(i));
     auto& m = members[i];
     auto pos = std::lower_bound(m.begin(), m.end(), s.labels,
                                 [&](SeriesId a, std::uint32_t l) { return series[a].labels < l; });
@@ -68,7 +73,7 @@ std::optional<SeriesId> SeriesStore::intern_rule_series(std::string_view key) {
   if (!parse_series_key(key, name, labels)) return std::nullopt;
   std::string canonical = format_series_key(name, labels);
   if (auto it = series_ids_.find(canonical); it != series_ids_.end()) return it->second;
-  return add_series(std::move(canonical), name, labels);
+  return add_series(std::move(canonical), name, std::move(labels));
 }
 
 // Aliases are one simultaneous renaming (`alias a = b` + `alias b = c` reads
@@ -101,7 +106,7 @@ std::optional<SeriesId> SeriesStore::intern_series(std::string_view key) {
         }
       }
       const bool is_canonical = canonical == key;
-      id = add_series(std::move(canonical), std::move(name), labels);
+      id = add_series(std::move(canonical), std::move(name), std::move(labels));
       if (is_canonical) return id;  // found through series_ids_ from now on
     }
     trace_ids_.emplace(std::string(key), id);  // another spelling of the key
@@ -117,7 +122,7 @@ std::optional<SeriesId> SeriesStore::intern_series(std::string_view key) {
         return std::nullopt;
       }
     }
-    id = add_series(canonical, std::string(rule_name), labels);
+    id = add_series(canonical, std::string(rule_name), std::move(labels));
     owners_.emplace(*id, TraceOwner{std::move(trace_canonical), exact, {std::string(key)}});
   } else {
     id = it->second;

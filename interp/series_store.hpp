@@ -31,6 +31,7 @@ struct Series {
   History hist;
   Retention need;           // the widest retention of the selectors it matches
   std::uint64_t stamp = 0;  // observation number of the newest sample
+  std::vector<std::uint32_t> selectors;  // the plan selectors it is a member of
 };
 
 /// A tensor series the host hands over: which stats rules read, the derived
@@ -74,6 +75,7 @@ class SeriesStore {
 
   /// The id of a label set (sorted), interning it.
   std::uint32_t intern_labels(const Labels& labels);
+  std::uint32_t intern_labels(Labels&& labels);
   /// A trace's series key -> the series the rules read (aliases applied,
   /// once, never chained), interning it. Trace keys are cached apart from
   /// rule-side keys, so an alias's target is never looked up as a trace name
@@ -106,11 +108,15 @@ class SeriesStore {
   std::vector<Series> series;
   std::vector<TensorSeries> tensors;
   std::vector<std::vector<SeriesId>> members;  // per plan selector, by label id
+  /// Per plan selector: the observation number of its members' newest
+  /// sample (the engine stamps it at ingest), so whether a selector has a
+  /// new sample is one comparison, not a scan of its label sets.
+  std::vector<std::uint64_t> selector_stamp;
   std::optional<SeriesId> epoch_series;        // `epoch`, the epoch clock
   std::uint64_t label_limit_drops = 0;         // keys refused by max_label_sets
 
  private:
-  SeriesId add_series(std::string key, std::string name, const Labels& labels);
+  SeriesId add_series(std::string key, std::string name, Labels&& labels);
   /// Whether `name` is a trace name some alias renames or an alias's target:
   /// only then can two trace series land on one series (owners_).
   [[nodiscard]] bool alias_involved(std::string_view name) const;

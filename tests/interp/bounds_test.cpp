@@ -156,38 +156,44 @@ TEST(LabelSets, PastTheLimitNewLabelSetsAreDroppedAndCounted) {
   EXPECT_EQ(e.stats().label_limit_drops, 3u);
 }
 
-TEST(LabelSets, DefaultLimitBoundsMemoryOfAFlood) {
-  // 300k distinct label sets of one series against the default limit
-  // (100k): memory stays that of 100k label sets, refused keys are not
-  // remembered.
+TEST(LabelSets, LimitBoundsMemoryOfAFlood) {
+  // 3x the limit's distinct label sets of one series: memory stays that of
+  // the limit's, refused keys are not remembered. (The default, 100k, the
+  // same at 10x the cost.)
   const auto prog = vigil::compile_string("rule r: when x > 2 do log\n");
   ASSERT_TRUE(prog.ok());
-  EXPECT_EQ(vigil::EngineOptions{}.max_label_sets, vigil::default_max_label_sets);
+  EXPECT_EQ(vigil::EngineOptions{}.max_label_sets, 100'000u);
+  constexpr int limit = 20'000;
   auto run = [&](int n) {
     return in_child([&] {
       limit_cpu(120);
-      vigil::Engine e(*prog.program, recording());
+      vigil::EngineOptions options = recording();
+      options.max_label_sets = limit;
+      vigil::Engine e(*prog.program, options);
       for (int i = 0; i < n; ++i) (void)e.series(fmt::format("x{{i=\"{}\"}}", i));
       const auto dropped = static_cast<int>(e.stats().label_limit_drops);
-      return dropped == std::max(0, n - 100'000) ? 0 : 1;
+      return dropped == std::max(0, n - limit) ? 0 : 1;
     });
   };
-  const ChildCost at_limit = run(100'000);
-  const ChildCost flood = run(300'000);
+  const ChildCost at_limit = run(limit);
+  const ChildCost flood = run(3 * limit);
   EXPECT_EQ(at_limit.exit_code, 0);
   EXPECT_EQ(flood.exit_code, 0);
-  EXPECT_LT(flood.max_rss_kib, at_limit.max_rss_kib + 32 * 1024)
-      << "100k: " << at_limit.max_rss_kib << " KiB, 300k: " << flood.max_rss_kib << " KiB";
+  EXPECT_LT(flood.max_rss_kib, at_limit.max_rss_kib + 8 * 1024)
+      << "limit: " << at_limit.max_rss_kib << " KiB, 3x: " << flood.max_rss_kib << " KiB";
 }
 
 // ---- huge keys -----------------------------------------------------------------------
 
 TEST(HugeKey, AMegabyteKeyIsHeldInAFewCopies) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan's quarantine keeps freed temporaries resident: copies are not countable";
+#endif
   // A 16 MiB label value (a JSONL line under the 64 MiB cap can carry one):
-  // interning it keeps the label set and the canonical key, and briefly the
-  // parsed labels; the store used to hold six copies (trace cache, owner
-  // key and spelling, series key, label-set key, label set) plus
-  // temporaries, ~9x the key (a 60 MB line: 2.2 GB through rulecheck).
+  // interning it keeps the canonical key and the label set (the parsed
+  // labels, moved in); the store used to hold six copies (trace cache,
+  // owner key and spelling, series key, label-set key, label set) plus
+  // temporaries (a 60 MB line: 868 MB peak through rulecheck, 438 MB now).
   const auto prog = vigil::compile_string("rule r: when x > 2 do log\n");
   ASSERT_TRUE(prog.ok());
   constexpr std::size_t mib = 1 << 20;
@@ -199,8 +205,9 @@ TEST(HugeKey, AMegabyteKeyIsHeldInAFewCopies) {
     const auto id = e.series(key);
     if (!id || e.series(key) != id) return 1;  // found again, without a copy
     const long grown_kib = own_max_rss_kib() - before;
-    // At most 5 copies of the key at the peak (3 expected).
-    return grown_kib < static_cast<long>(5 * 16 * 1024) ? 0 : 2;
+    // At most 3.5 copies of the key at the peak (2, and the slack of
+    // strings grown by doubling, expected; 4 and more before).
+    return grown_kib < static_cast<long>(3.5 * 16 * 1024) ? 0 : 2;
   });
   EXPECT_EQ(cost.exit_code, 0) << "peak " << cost.max_rss_kib << " KiB";
 }
