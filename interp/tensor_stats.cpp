@@ -239,11 +239,11 @@ void accumulate_any(const TensorView& t, Acc& acc) {
 // propagate through double sums exactly as in the general path.
 
 enum Need : unsigned {
-  need_sum = 1,    // sum, mean
-  need_abs = 2,    // abs_sum, abs_mean
-  need_sq = 4,     // norm
-  need_var = 8,    // var, std (shifted sums)
-  need_ext = 16,   // min, max, abs_max
+  need_sum = 1,    // sum, mean, abs_sum, abs_mean (both sums: each is one add)
+  need_sq = 2,     // norm
+  need_var = 4,    // var, std (shifted sums)
+  need_ext = 8,    // min, max
+  need_amx = 16,   // abs_max
   need_sign = 32,  // frac_zero, frac_pos, frac_neg
   need_check = 64, // NaN/Inf counts; implied by var and the extremes
   need_all = 127,
@@ -256,11 +256,11 @@ unsigned needs_of(StatMask mask) {
     return false;
   };
   unsigned n = 0;
-  if (any({Stat::sum, Stat::mean})) n |= need_sum;
-  if (any({Stat::abs_sum, Stat::abs_mean})) n |= need_abs;
+  if (any({Stat::sum, Stat::mean, Stat::abs_sum, Stat::abs_mean})) n |= need_sum;
   if (any({Stat::norm})) n |= need_sq;
   if (any({Stat::var, Stat::std})) n |= need_var | need_check;
-  if (any({Stat::min, Stat::max, Stat::abs_max})) n |= need_ext | need_check;
+  if (any({Stat::min, Stat::max})) n |= need_ext | need_check;
+  if (any({Stat::abs_max})) n |= need_amx | need_check;
   if (any({Stat::frac_zero, Stat::frac_pos, Stat::frac_neg})) n |= need_sign;
   if (any({Stat::frac_nan, Stat::frac_inf, Stat::nan_count, Stat::inf_count})) n |= need_check;
   return n;
@@ -297,8 +297,7 @@ __attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64
   // step), enough to hide the add latency: 8 when there are few sums (the
   // registers allow it), 4 otherwise. F float vectors per step for the
   // float-side accumulators, each its own chain too.
-  constexpr int sums = ((N & need_sum) != 0) + ((N & need_abs) != 0) + ((N & need_sq) != 0) +
-                       2 * ((N & need_var) != 0);
+  constexpr int sums = 2 * ((N & need_sum) != 0) + ((N & need_sq) != 0) + 2 * ((N & need_var) != 0);
   constexpr int C = sums <= 2 ? 8 : 4, F = C / 2, step = 4 * C;
   __m256d sum[C], ab[C], sq[C], s1[C], s2[C];
   for (int j = 0; j < C; ++j) sum[j] = ab[j] = sq[j] = s1[j] = s2[j] = _mm256_setzero_pd();
@@ -315,7 +314,7 @@ __attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64
   const __m256d k = _mm256_set1_pd(acc.shift);
   const __m256 fzero = _mm256_setzero_ps();
   for (std::int64_t i = 0; i < m; i += step) {
-    if constexpr ((N & (need_ext | need_sign | need_check)) != 0) {
+    if constexpr ((N & (need_ext | need_amx | need_sign | need_check)) != 0) {
       for (int h = 0; h < F; ++h) {
         const __m256 x = _mm256_loadu_ps(p + i + 8 * h);
         const __m256 a = _mm256_and_ps(x, abs_f);
@@ -325,8 +324,8 @@ __attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64
         if constexpr ((N & need_ext) != 0) {
           mn[h] = _mm256_min_ps(mn[h], x);
           mx[h] = _mm256_max_ps(mx[h], x);
-          amx[h] = _mm256_max_ps(amx[h], a);
         }
+        if constexpr ((N & need_amx) != 0) amx[h] = _mm256_max_ps(amx[h], a);
         if constexpr ((N & need_sign) != 0) {
           // A true comparison is all ones: -1 as an integer.
           zero[h] = _mm256_sub_epi32(zero[h], _mm256_castps_si256(_mm256_cmp_ps(x, fzero, _CMP_EQ_OQ)));
@@ -338,8 +337,10 @@ __attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64
     if constexpr (sums > 0) {
       for (int j = 0; j < C; ++j) {
         const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(p + i + 4 * j));
-        if constexpr ((N & need_sum) != 0) sum[j] = _mm256_add_pd(sum[j], d);
-        if constexpr ((N & need_abs) != 0) ab[j] = _mm256_add_pd(ab[j], _mm256_and_pd(d, abs_d));
+        if constexpr ((N & need_sum) != 0) {
+          sum[j] = _mm256_add_pd(sum[j], d);
+          ab[j] = _mm256_add_pd(ab[j], _mm256_and_pd(d, abs_d));
+        }
         if constexpr ((N & need_sq) != 0) sq[j] = _mm256_fmadd_pd(d, d, sq[j]);
         if constexpr ((N & need_var) != 0) {
           const __m256d e = _mm256_sub_pd(d, k);
@@ -354,19 +355,20 @@ __attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64
     for (int h = 1; h < F; ++h) any = _mm256_or_ps(any, bad[h]);
     if (_mm256_movemask_ps(any) != 0) return false;
   }
-  if constexpr ((N & need_sum) != 0) acc.sum += fold<C>(sum);
-  if constexpr ((N & need_abs) != 0) acc.abs_sum += fold<C>(ab);
+  if constexpr ((N & need_sum) != 0) acc.sum += fold<C>(sum), acc.abs_sum += fold<C>(ab);
   if constexpr ((N & need_sq) != 0) acc.sumsq += fold<C>(sq);
   if constexpr ((N & need_var) != 0) acc.s1 += fold<C>(s1), acc.s2 += fold<C>(s2);
-  if constexpr ((N & need_ext) != 0) {
+  if constexpr ((N & (need_ext | need_amx)) != 0) {
     for (int h = 0; h < F; ++h) {
       alignas(32) float a[8], b[8], c[8];
       _mm256_store_ps(a, mn[h]);
       _mm256_store_ps(b, mx[h]);
       _mm256_store_ps(c, amx[h]);
-      for (int j = 0; j < 8; ++j)
-        acc.mn = std::min<double>(acc.mn, a[j]), acc.mx = std::max<double>(acc.mx, b[j]),
-        acc.amx = std::max<double>(acc.amx, c[j]);
+      for (int j = 0; j < 8; ++j) {
+        if constexpr ((N & need_ext) != 0)
+          acc.mn = std::min<double>(acc.mn, a[j]), acc.mx = std::max<double>(acc.mx, b[j]);
+        if constexpr ((N & need_amx) != 0) acc.amx = std::max<double>(acc.amx, c[j]);
+      }
     }
   }
   if constexpr ((N & need_sign) != 0) {
