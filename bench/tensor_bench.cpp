@@ -1,6 +1,7 @@
 // Fused tensor statistics against single-purpose baselines on the same
 // 64 MiB float32 tensor, in the same run:
 //   BM_FusedStats          every stat of vigil::compute_stats, one pass
+//   BM_RuleSetStats/N      only the stats a rule set reads (see rule_set_mask)
 //   BM_EigenSquaredNorm    Eigen's squaredNorm alone (the memory-bandwidth floor
 //                          for one pass over the data)
 //   BM_SeparatePasses      the same stats as one simple loop per stat (what a
@@ -85,6 +86,41 @@ void BM_FusedStats(benchmark::State& state) {
       return;
   for (auto _ : state) {
     auto s = vigil::compute_stats(view);
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetBytesProcessed(state.iterations() * numel * 4);
+}
+
+// The stats a rule set reads, computed alone (compute_stats with a mask):
+//   0: `grad_norm`  (examples/torch_trainer/trainer.rules, std.grad_norm_spike)
+//   1: `abs_max`    (std.sagemaker's NaN/Inf check reads `grad.abs_max`)
+//   2: `norm`, `abs_max`, `frac_nan`  (the two together, plus a NaN fraction)
+//   3: `mean`, `std`, `frac_zero`  (activation rules)
+// Checked first against the full pass (each stat to 1e-9).
+vigil::StatMask rule_set_mask(std::int64_t set) {
+  using vigil::Stat;
+  using vigil::stat_bit;
+  switch (set) {
+    case 0: return stat_bit(Stat::norm);
+    case 1: return stat_bit(Stat::abs_max);
+    case 2: return stat_bit(Stat::norm) | stat_bit(Stat::abs_max) | stat_bit(Stat::frac_nan);
+    default: return stat_bit(Stat::mean) | stat_bit(Stat::std) | stat_bit(Stat::frac_zero);
+  }
+}
+
+void BM_RuleSetStats(benchmark::State& state) {
+  const auto& v = data();
+  const vigil::TensorView view{v.data(), vigil::DType::float32, shape_1d, {}};
+  const vigil::StatMask mask = rule_set_mask(state.range(0));
+  const auto some = vigil::compute_stats(view, mask);
+  for (std::size_t i = 0; i < vigil::stat_count; ++i)
+    if ((mask & vigil::stat_bit(static_cast<vigil::Stat>(i))) != 0 &&
+        !vigil::bench::expect(state, vigil::bench::close(some.values[i], fused().values[i], 1e-9),
+                              std::string(vigil::stat_name(static_cast<vigil::Stat>(i))) +
+                                  " masked vs full pass"))
+      return;
+  for (auto _ : state) {
+    auto s = vigil::compute_stats(view, mask);
     benchmark::DoNotOptimize(s);
   }
   state.SetBytesProcessed(state.iterations() * numel * 4);
@@ -189,6 +225,7 @@ void BM_DeadUnitsByRows(benchmark::State& state) {
 }
 
 BENCHMARK(BM_FusedStats)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RuleSetStats)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenSquaredNorm)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SeparatePasses)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FracOutside)->Unit(benchmark::kMillisecond);

@@ -29,7 +29,9 @@ void measure(TensorSeries& t, const TensorView& v, bool all_stats, std::vector<d
   const TensorView prev = t.previous();
   const TensorView* previous = t.has_previous() ? &prev : nullptr;
   if (all_stats || t.mask != 0) {
-    const TensorStats st = compute_stats(v, previous);
+    // Alone, a process computes only what its rules read; gathered stats
+    // are combined, which needs them all (numel, sums, norms).
+    const TensorStats st = compute_stats(v, all_stats ? ~StatMask{0} : t.mask, previous);
     block.insert(block.end(), std::begin(st.values), std::end(st.values));
   }
   for (const auto& p : t.params)

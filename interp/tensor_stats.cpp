@@ -15,12 +15,18 @@
 #include <cmath>
 #include <cstring>
 #include <charconv>
+#include <initializer_list>
+#include <utility>
 #include <fmt/format.h>
 #include <iterator>
 #include <limits>
 #include <string>
 
 #include "vigil/tensor.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace vigil {
 
@@ -217,6 +223,205 @@ void accumulate_any(const TensorView& t, Acc& acc) {
     case DType::bfloat16: accumulate<DType::bfloat16>(t, acc); break;
   }
 }
+
+// ---- the float32 fast path ----------------------------------------------------
+//
+// A contiguous float32 tensor (what a trainer's parameters and gradients are)
+// is reduced by an AVX2 kernel specialised for the stats asked for: a rule set
+// that reads only `grad_norm` pays for one square-and-add per element, not for
+// eighteen stats. The sums keep today's accuracy: each float is converted to
+// double before it is added (the float lanes are only used where float is
+// exact: min, max, abs_max, the sign counts and the non-finite check).
+//
+// Non-finite values are the rare case: a block that holds one (the check lane
+// turns NaN) is reduced again by the general double path, which counts NaN and
+// Inf and keeps their IEEE semantics. Sums alone need no check: NaN and Inf
+// propagate through double sums exactly as in the general path.
+
+enum Need : unsigned {
+  need_sum = 1,    // sum, mean, abs_sum, abs_mean (both sums: each is one add)
+  need_sq = 2,     // norm
+  need_var = 4,    // var, std (shifted sums)
+  need_ext = 8,    // min, max
+  need_amx = 16,   // abs_max
+  need_sign = 32,  // frac_zero, frac_pos, frac_neg
+  need_check = 64, // NaN/Inf counts; implied by var and the extremes
+  need_all = 127,
+};
+
+unsigned needs_of(StatMask mask) {
+  auto any = [&](std::initializer_list<Stat> ss) {
+    for (Stat s : ss)
+      if (mask & stat_bit(s)) return true;
+    return false;
+  };
+  unsigned n = 0;
+  if (any({Stat::sum, Stat::mean, Stat::abs_sum, Stat::abs_mean})) n |= need_sum;
+  if (any({Stat::norm})) n |= need_sq;
+  if (any({Stat::var, Stat::std})) n |= need_var | need_check;
+  if (any({Stat::min, Stat::max})) n |= need_ext | need_check;
+  if (any({Stat::abs_max})) n |= need_amx | need_check;
+  if (any({Stat::frac_zero, Stat::frac_pos, Stat::frac_neg})) n |= need_sign;
+  if (any({Stat::frac_nan, Stat::frac_inf, Stat::nan_count, Stat::inf_count})) n |= need_check;
+  return n;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define VIGIL_FAST_STATS 1
+
+__attribute__((target("avx2,fma"))) inline double hsum(__m256d v) {
+  const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+__attribute__((target("avx2,fma"))) inline std::int64_t hsum_epi32(__m256i v) {
+  alignas(32) std::int32_t l[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), v);
+  std::int64_t s = 0;
+  for (std::int32_t x : l) s += x;
+  return s;
+}
+
+template <int C>
+__attribute__((target("avx2,fma"))) inline double fold(const __m256d* v) {
+  __m256d s = v[0];
+  for (int j = 1; j < C; ++j) s = _mm256_add_pd(s, v[j]);
+  return hsum(s);
+}
+
+/// Reduces `m` floats (a multiple of 32, at most 2^20) into `acc` with the
+/// accumulators `N` names. False, with `acc` untouched, if `N` has need_check
+/// and the block holds a NaN or an infinity.
+template <unsigned N>
+__attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64_t m, Acc& acc) {
+  // C independent double accumulators per sum (one per 4 elements of a
+  // step), enough to hide the add latency: 8 when there are few sums (the
+  // registers allow it), 4 otherwise. F float vectors per step for the
+  // float-side accumulators, each its own chain too.
+  constexpr int sums = 2 * ((N & need_sum) != 0) + ((N & need_sq) != 0) + 2 * ((N & need_var) != 0);
+  constexpr int C = sums <= 2 ? 8 : 4, F = C / 2, step = 4 * C;
+  __m256d sum[C], ab[C], sq[C], s1[C], s2[C];
+  for (int j = 0; j < C; ++j) sum[j] = ab[j] = sq[j] = s1[j] = s2[j] = _mm256_setzero_pd();
+  const __m256 inf_f = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  __m256 mn[F], mx[F], amx[F], bad[F];
+  __m256i zero[F], pos[F], neg[F];
+  for (int h = 0; h < F; ++h) {
+    mn[h] = inf_f, mx[h] = _mm256_sub_ps(_mm256_setzero_ps(), inf_f);
+    amx[h] = bad[h] = _mm256_setzero_ps();
+    zero[h] = pos[h] = neg[h] = _mm256_setzero_si256();
+  }
+  const __m256 abs_f = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256d abs_d = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffff));
+  const __m256d k = _mm256_set1_pd(acc.shift);
+  const __m256 fzero = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < m; i += step) {
+    if constexpr ((N & (need_ext | need_amx | need_sign | need_check)) != 0) {
+      for (int h = 0; h < F; ++h) {
+        const __m256 x = _mm256_loadu_ps(p + i + 8 * h);
+        const __m256 a = _mm256_and_ps(x, abs_f);
+        // |x| >= Inf or unordered: an infinity or a NaN.
+        if constexpr ((N & need_check) != 0)
+          bad[h] = _mm256_or_ps(bad[h], _mm256_cmp_ps(a, inf_f, _CMP_NLT_UQ));
+        if constexpr ((N & need_ext) != 0) {
+          mn[h] = _mm256_min_ps(mn[h], x);
+          mx[h] = _mm256_max_ps(mx[h], x);
+        }
+        if constexpr ((N & need_amx) != 0) amx[h] = _mm256_max_ps(amx[h], a);
+        if constexpr ((N & need_sign) != 0) {
+          // A true comparison is all ones: -1 as an integer.
+          zero[h] = _mm256_sub_epi32(zero[h], _mm256_castps_si256(_mm256_cmp_ps(x, fzero, _CMP_EQ_OQ)));
+          pos[h] = _mm256_sub_epi32(pos[h], _mm256_castps_si256(_mm256_cmp_ps(x, fzero, _CMP_GT_OQ)));
+          neg[h] = _mm256_sub_epi32(neg[h], _mm256_castps_si256(_mm256_cmp_ps(x, fzero, _CMP_LT_OQ)));
+        }
+      }
+    }
+    if constexpr (sums > 0) {
+      for (int j = 0; j < C; ++j) {
+        const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(p + i + 4 * j));
+        if constexpr ((N & need_sum) != 0) {
+          sum[j] = _mm256_add_pd(sum[j], d);
+          ab[j] = _mm256_add_pd(ab[j], _mm256_and_pd(d, abs_d));
+        }
+        if constexpr ((N & need_sq) != 0) sq[j] = _mm256_fmadd_pd(d, d, sq[j]);
+        if constexpr ((N & need_var) != 0) {
+          const __m256d e = _mm256_sub_pd(d, k);
+          s1[j] = _mm256_add_pd(s1[j], e);
+          s2[j] = _mm256_fmadd_pd(e, e, s2[j]);
+        }
+      }
+    }
+  }
+  if constexpr ((N & need_check) != 0) {
+    __m256 any = bad[0];
+    for (int h = 1; h < F; ++h) any = _mm256_or_ps(any, bad[h]);
+    if (_mm256_movemask_ps(any) != 0) return false;
+  }
+  if constexpr ((N & need_sum) != 0) acc.sum += fold<C>(sum), acc.abs_sum += fold<C>(ab);
+  if constexpr ((N & need_sq) != 0) acc.sumsq += fold<C>(sq);
+  if constexpr ((N & need_var) != 0) acc.s1 += fold<C>(s1), acc.s2 += fold<C>(s2);
+  if constexpr ((N & (need_ext | need_amx)) != 0) {
+    for (int h = 0; h < F; ++h) {
+      alignas(32) float a[8], b[8], c[8];
+      _mm256_store_ps(a, mn[h]);
+      _mm256_store_ps(b, mx[h]);
+      _mm256_store_ps(c, amx[h]);
+      for (int j = 0; j < 8; ++j) {
+        if constexpr ((N & need_ext) != 0)
+          acc.mn = std::min<double>(acc.mn, a[j]), acc.mx = std::max<double>(acc.mx, b[j]);
+        if constexpr ((N & need_amx) != 0) acc.amx = std::max<double>(acc.amx, c[j]);
+      }
+    }
+  }
+  if constexpr ((N & need_sign) != 0) {
+    for (int h = 0; h < F; ++h) {
+      acc.zero += static_cast<double>(hsum_epi32(zero[h]));
+      acc.pos += static_cast<double>(hsum_epi32(pos[h]));
+      acc.neg += static_cast<double>(hsum_epi32(neg[h]));
+    }
+  }
+  acc.n += static_cast<double>(m);
+  return true;
+}
+
+using BlockKernel = bool (*)(const float*, std::int64_t, Acc&);
+
+template <std::size_t... I>
+constexpr std::array<BlockKernel, sizeof...(I)> make_kernels(std::index_sequence<I...>) {
+  return {&reduce_block<static_cast<unsigned>(I)>...};
+}
+constexpr auto block_kernels = make_kernels(std::make_index_sequence<need_all + 1>{});
+
+bool cpu_has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+/// The fast path for a contiguous float32 tensor; false if this CPU lacks
+/// AVX2 (the caller then takes the general path).
+bool accumulate_float32_fast(const float* p, std::int64_t count, unsigned needs, Acc& acc) {
+  if (!cpu_has_avx2() || count == 0) return false;
+  // The shift the general path would take (the first element), so that a
+  // block it redoes uses the same one.
+  acc.shift = std::isfinite(p[0]) ? p[0] : 0;
+  acc.shifted = true;
+  const BlockKernel kernel = block_kernels[needs & need_all];
+  auto general = [&](const float* q, std::int64_t n) {
+    acc.run(q, n, 1, [](const float* e) { return static_cast<double>(*e); });
+  };
+  // Blocks of 16 KiB: a block redone by the general path is still in L1.
+  constexpr std::int64_t block = 4096;
+  std::int64_t start = 0;
+  for (; start + 32 <= count; start += block) {
+    const std::int64_t m = std::min(block, count - start) / 32 * 32;
+    if (!kernel(p + start, m, acc)) general(p + start, m);
+    if (m < block) {
+      start += m;
+      break;
+    }
+  }
+  if (start < count) general(p + start, count - start);
+  return true;
+}
+#endif
 
 double element(const TensorView& t, std::int64_t offset) {
   switch (t.dtype) {
@@ -483,6 +688,10 @@ bool parse_stat(std::string_view suffix, Stat& out) {
 }
 
 TensorStats compute_stats(const TensorView& t, const TensorView* previous) {
+  return compute_stats(t, ~StatMask{0}, previous);
+}
+
+TensorStats compute_stats(const TensorView& t, StatMask wanted, const TensorView* previous) {
   TensorStats out;
   auto set = [&](Stat s, double v) { out.values[static_cast<std::size_t>(s)] = v; };
   std::fill(std::begin(out.values), std::end(out.values), nan);
@@ -491,7 +700,13 @@ TensorStats compute_stats(const TensorView& t, const TensorView* previous) {
     return out;
   }
   Acc a;
-  accumulate_any(t, a);
+  const unsigned needs = needs_of(wanted);
+  bool done = false;
+#ifdef VIGIL_FAST_STATS
+  if (t.dtype == DType::float32 && t.contiguous())
+    done = accumulate_float32_fast(static_cast<const float*>(t.data), t.numel(), needs, a);
+#endif
+  if (!done) accumulate_any(t, a);
   const double n = a.n;
   set(Stat::numel, n);
   set(Stat::nan_count, a.nans);
@@ -515,7 +730,12 @@ TensorStats compute_stats(const TensorView& t, const TensorView* previous) {
   set(Stat::frac_neg, a.neg / n);
   set(Stat::frac_nan, a.nans / n);
   set(Stat::frac_inf, a.infs / n);
-  if (previous != nullptr && valid(*previous) && previous->shape.size() == t.shape.size() &&
+  // What was not asked for is NaN (its accumulators may not have run).
+  for (std::size_t i = 0; i < stat_count; ++i)
+    if ((wanted & stat_bit(static_cast<Stat>(i))) == 0 && static_cast<Stat>(i) != Stat::numel)
+      out.values[i] = nan;
+  if ((wanted & (stat_bit(Stat::update_norm) | stat_bit(Stat::update_ratio))) != 0 &&
+      previous != nullptr && valid(*previous) && previous->shape.size() == t.shape.size() &&
       std::equal(t.shape.begin(), t.shape.end(), previous->shape.begin())) {
     // Walk both in row-major order: element i of `t` against element i of
     // `previous` (the engine keeps previous copies packed, so that side is

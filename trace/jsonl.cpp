@@ -5,15 +5,29 @@
 // field and stops at the first damaged line with an error naming the file,
 // the 1-based line and the byte offset where that line starts; every record
 // before it has already been handed out.
+//
+// Two parsers, one meaning. Every line first goes to simdjson's DOM parser
+// (SIMD, parsing in place in the read buffer, no allocation once warm) and is
+// accepted there only if it is an ordinary record: the four known fields,
+// each once, numbers and the three non-finite strings as values. Anything
+// else (a syntax error, a duplicate key, bare NaN, 1e999, a null value, an
+// unknown field) goes to the general path below, nlohmann with its strict
+// SAX, which accepts it the same way or reports the error with its position,
+// exactly as the reader always has. simdjson is the stricter of the two
+// (lone surrogate escapes, out-of-range numbers): what it rejects the general
+// path judges.
 
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include "trace/input.hpp"
 #include "trace/io.hpp"
@@ -117,6 +131,9 @@ class JsonlReader final : public TraceReader {
       pos_ = 0;
     }
     const std::size_t old = buf_.size();
+    // simdjson reads up to SIMDJSON_PADDING bytes past a line's end: the
+    // buffer's capacity always leaves that much room after its data.
+    buf_.reserve(old + chunk + simdjson::SIMDJSON_PADDING);
     buf_.resize(old + chunk);
     const std::size_t got = in_->read(buf_.data() + old, chunk);
     buf_.resize(old + got);
@@ -135,7 +152,119 @@ class JsonlReader final : public TraceReader {
     return false;
   }
 
+  /// The fast path: true with `out` filled if `text` is an ordinary record
+  /// (see the top of the file); false leaves `out` alone and the line to
+  /// parse_line's general path.
+  bool parse_ordinary(std::string_view text, Observation& out) {
+    const auto offset = static_cast<std::size_t>(text.data() - buf_.data());
+    if (buf_.capacity() < offset + text.size() + simdjson::SIMDJSON_PADDING) return false;
+    // A huge line leaves the parser with buffers its size: give them back.
+    if (text.size() > (std::size_t{16} << 20)) release_parser_ = true;
+    simdjson::dom::element doc;
+    if (parser_.parse(text.data(), text.size(), false).get(doc)) return false;
+    simdjson::dom::object fields;
+    if (doc.get_object().get(fields)) return false;
+    Observation& o = scratch_;
+    o.step = 0;
+    o.mode.assign("train");
+    o.time = std::numeric_limits<double>::quiet_NaN();
+    std::size_t n = 0;  // values filled; o.values' strings are reused
+    unsigned seen = 0;
+    for (const auto field : fields) {
+      const std::string_view key = field.key;
+      const simdjson::dom::element value = field.value;
+      unsigned bit;
+      if (key == "step") {
+        bit = 1;
+        if (!ordinary_step(value, o.step)) return false;
+      } else if (key == "mode") {
+        bit = 2;
+        std::string_view mode;
+        if (value.get_string().get(mode) || mode.empty()) return false;
+        o.mode.assign(mode);
+      } else if (key == "time") {
+        bit = 4;
+        if (!value.is_null() && !ordinary_number(value, o.time)) return false;
+      } else if (key == "values") {
+        bit = 8;
+        simdjson::dom::object values;
+        if (value.get_object().get(values)) return false;
+        for (const auto sample : values) {
+          double v;
+          if (sample.key.empty() || !ordinary_sample(sample.value, v)) return false;
+          if (n < o.values.size()) {
+            o.values[n].first.assign(sample.key);
+            o.values[n].second = v;
+          } else {
+            o.values.emplace_back(sample.key, v);
+          }
+          ++n;
+        }
+      } else {
+        return false;
+      }
+      if ((seen & bit) != 0) return false;  // a duplicate key
+      seen |= bit;
+    }
+    if ((seen & 1) == 0) return false;
+    o.values.resize(n);
+    // The general path hands series out in key order (nlohmann's objects
+    // are sorted maps); sorted, a repeated series name is a neighbour.
+    auto by_key = [](const auto& a, const auto& b) { return a.first < b.first; };
+    if (!std::is_sorted(o.values.begin(), o.values.end(), by_key))
+      std::sort(o.values.begin(), o.values.end(), by_key);
+    for (std::size_t i = 1; i < n; ++i)
+      if (o.values[i - 1].first == o.values[i].first) return false;
+    std::swap(out, o);  // `out`'s old buffers are reused for the next line
+    return true;
+  }
+
+  /// A JSON number as the general path reads it (integers converted).
+  static bool ordinary_number(const simdjson::dom::element& v, double& out) {
+    switch (v.type()) {
+      case simdjson::dom::element_type::INT64: out = static_cast<double>(v.get_int64().value_unsafe()); return true;
+      case simdjson::dom::element_type::UINT64: out = static_cast<double>(v.get_uint64().value_unsafe()); return true;
+      case simdjson::dom::element_type::DOUBLE: out = v.get_double().value_unsafe(); return true;
+      default: return false;
+    }
+  }
+
+  /// A sample: a number or one of the non-finite strings (json_number's
+  /// rules; null, which means "no sample", is left to the general path).
+  static bool ordinary_sample(const simdjson::dom::element& v, double& out) {
+    if (ordinary_number(v, out)) return true;
+    std::string_view s;
+    if (v.get_string().get(s)) return false;
+    if (s == "NaN") out = std::numeric_limits<double>::quiet_NaN();
+    else if (s == "Infinity") out = std::numeric_limits<double>::infinity();
+    else if (s == "-Infinity") out = -std::numeric_limits<double>::infinity();
+    else return false;
+    return true;
+  }
+
+  /// json_step's rules: an int64, or a double with an integral value in range.
+  static bool ordinary_step(const simdjson::dom::element& v, std::int64_t& out) {
+    switch (v.type()) {
+      case simdjson::dom::element_type::INT64: out = v.get_int64().value_unsafe(); return true;
+      case simdjson::dom::element_type::DOUBLE: {
+        const double d = v.get_double().value_unsafe();
+        if (!std::isfinite(d) || d != std::floor(d) || d < -9223372036854775808.0 ||
+            d >= 9223372036854775808.0)
+          return false;
+        out = static_cast<std::int64_t>(d);
+        return true;
+      }
+      default: return false;
+    }
+  }
+
   bool parse_line(std::string_view text, std::uint64_t line_start, Observation& out) {
+    const bool ordinary = parse_ordinary(text, out);
+    if (release_parser_) {
+      parser_ = simdjson::dom::parser();
+      release_parser_ = false;
+    }
+    if (ordinary) return true;
     std::string_view source = text;
     if (quote_bare_non_finite(text, rewritten_, shifts_)) source = rewritten_;
     json j;
@@ -205,6 +334,9 @@ class JsonlReader final : public TraceReader {
   bool at_end_ = false;      // the last line, which had no newline, was handed out
   std::uint64_t consumed_ = 0;
   std::uint64_t line_no_ = 0;
+  simdjson::dom::parser parser_;  // the fast path's, reused from line to line
+  bool release_parser_ = false;
+  Observation scratch_;  // the fast path fills it, then swaps it with the caller's
   std::string rewritten_;  // reused: the line with bare NaN/Infinity quoted
   std::vector<std::size_t> shifts_;
 };

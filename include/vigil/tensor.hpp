@@ -64,6 +64,15 @@ struct TensorStats {
 /// stats and numel 0.
 TensorStats compute_stats(const TensorView& t, const TensorView* previous = nullptr);
 
+/// The stats in `wanted` only (the others are NaN; numel is always set):
+/// what a rule set reads costs only its own accumulators. A contiguous
+/// float32 tensor takes a SIMD path specialised for the set (AVX2, chosen at
+/// run time), as accurate as the full pass (every element is added in
+/// double). The update stats are computed only when asked for.
+///   auto s = vigil::compute_stats(view, vigil::stat_bit(vigil::Stat::norm));
+TensorStats compute_stats(const TensorView& t, StatMask wanted,
+                          const TensorView* previous = nullptr);
+
 /// Stats that take compile-time numeric arguments: `T.frac_outside(lo, hi)`
 /// reads the derived series `T_frac_outside(lo,hi){labels}` (the canonical
 /// name, param_stat_suffix). Exact definitions in docs/tensors.md.

@@ -2,7 +2,9 @@
 // files (each must give a positioned error after returning every complete
 // record before the damage).
 
+#include <bit>
 #include <cmath>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,6 +13,8 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "tests/support/files.hpp"
@@ -183,6 +187,102 @@ TEST_F(JsonlTest, AcceptedSpellings) {
   EXPECT_TRUE(std::isnan(r.records[3].time));
   EXPECT_TRUE(r.records[3].values.empty());
   EXPECT_EQ(r.position, text.size());
+}
+
+// The reader has a fast path for ordinary records and the general
+// (nlohmann) path for the rest (trace/jsonl.cpp). A sample that is null
+// means "no sample" and sends its line to the general path: each random
+// record is written twice, plainly and with such a null, and both lines must
+// read to the same observation, bit for bit (series order, -0, 17-digit
+// doubles, large integers, escaped label keys, any field order and spacing).
+TEST_F(JsonlTest, FastAndGeneralPathsReadOrdinaryRecordsAlike) {
+  std::mt19937_64 rng(20261201);
+  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  const char* const names[] = {"loss", "lr", "grad_norm{layer=\\\"fc1\\\"}", "a\\\\b", "x/y",
+                               "val_loss", "z", "A", "epoch", "tok\\/s"};
+  auto number = [&]() -> std::string {
+    switch (pick(7)) {
+      case 0: return "-0";
+      case 1: return std::to_string(static_cast<std::int64_t>(rng()));  // any int64
+      case 2: return "-0.0";
+      case 3: return "\"NaN\"";
+      case 4: return pick(2) ? "\"Infinity\"" : "\"-Infinity\"";
+      case 5: return fmt::format("{:.17g}", std::bit_cast<double>(rng() & ~(0x7ffULL << 52) |
+                                                                    (pick(2046) + 1) << 52));
+      default: return fmt::format("{}e{}", static_cast<std::int64_t>(rng() % 2000000) - 1000000,
+                                  static_cast<int>(pick(40)) - 20);
+    }
+  };
+  std::string plain, with_null;
+  std::size_t records = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::vector<std::string> values;
+    std::vector<bool> used(std::size(names));
+    for (std::size_t k = pick(5); k > 0; --k) {
+      const std::size_t n = pick(std::size(names));
+      if (used[n]) continue;
+      used[n] = true;
+      values.push_back(fmt::format("\"{}\"{}:{}{}", names[n], pick(2) ? " " : "", pick(2) ? " " : "",
+                                   number()));
+    }
+    std::vector<std::string> fields;
+    const std::string step = pick(4) == 0 ? fmt::format("{}.0", pick(1000000))
+                                          : std::to_string(static_cast<std::int64_t>(rng()) >> pick(63));
+    fields.push_back("\"step\": " + step);
+    if (pick(2)) fields.push_back(pick(2) ? "\"mode\":\"eval\"" : "\"mode\": \"te\\\"st\"");
+    if (pick(2)) fields.push_back("\"time\": " + (pick(4) == 0 ? std::string("null") : number()));
+    if (fields.back().find('"', 8) != std::string::npos && fields.back().starts_with("\"time\""))
+      fields.pop_back();  // a string time is an error, not an ordinary record
+    auto line = [&](bool null) {
+      std::vector<std::string> v = values;
+      if (null) v.insert(v.begin() + static_cast<std::ptrdiff_t>(pick(v.size() + 1)), "\"skipped\": null");
+      std::string vals = "\"values\": {" + fmt::format("{}", fmt::join(v, ",")) + "}";
+      std::vector<std::string> f = fields;
+      f.insert(f.begin() + static_cast<std::ptrdiff_t>(pick(f.size() + 1)), vals);
+      return (pick(2) ? " {" : "{") + fmt::format("{}", fmt::join(f, pick(2) ? ", " : ",")) + "}" +
+             (pick(2) ? " \n" : "\n");
+    };
+    plain += line(false);
+    with_null += line(true);
+    ++records;
+  }
+  const auto a = read_all(write("plain.jsonl", plain));
+  const auto b = read_all(write("null.jsonl", with_null));
+  ASSERT_FALSE(a.error) << a.error->format();
+  ASSERT_FALSE(b.error) << b.error->format();
+  ASSERT_EQ(a.records.size(), records);
+  ASSERT_EQ(b.records.size(), records);
+  for (std::size_t i = 0; i < records; ++i) {
+    const auto& x = a.records[i];
+    const auto& y = b.records[i];
+    SCOPED_TRACE(fmt::format("record {}", i + 1));
+    EXPECT_EQ(x.step, y.step);
+    EXPECT_EQ(x.mode, y.mode);
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(x.time), std::bit_cast<std::uint64_t>(y.time));
+    ASSERT_EQ(x.values.size(), y.values.size());
+    for (std::size_t k = 0; k < x.values.size(); ++k) {
+      EXPECT_EQ(x.values[k].first, y.values[k].first);
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(x.values[k].second),
+                std::bit_cast<std::uint64_t>(y.values[k].second))
+          << x.values[k].first << ": " << x.values[k].second << " vs " << y.values[k].second;
+    }
+  }
+}
+
+TEST_F(JsonlTest, OrdinaryLinesStillReportDuplicatesAndReuseNothingStale) {
+  // A record with two values, then one with one: no value of the first may
+  // survive into the second (the reader reuses the caller's observation).
+  const auto r = read_all(write("r.jsonl", "{\"step\":1,\"values\":{\"b\":2,\"a\":1}}\n"
+                                           "{\"step\":2,\"values\":{\"c\":3}}\n"
+                                           "{\"step\":3,\"values\":{\"c\":3,\"c\":4}}\n"));
+  ASSERT_EQ(r.records.size(), 2u);
+  ASSERT_EQ(r.records[0].values.size(), 2u);
+  EXPECT_EQ(r.records[0].values[0].first, "a");  // key order, as the general path gives
+  ASSERT_EQ(r.records[1].values.size(), 1u);
+  EXPECT_EQ(r.records[1].values[0].first, "c");
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->line, 3u);
+  EXPECT_EQ(r.error->message, "duplicate key \"c\" at column 27");
 }
 
 TEST_F(JsonlTest, BareTokensNeedWordBoundaries) {
