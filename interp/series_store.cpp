@@ -42,7 +42,7 @@ SeriesId SeriesStore::add_series(const std::string& key, std::string name, const
                                 [&](SeriesId a, std::uint32_t l) { return series[a].labels < l; });
     m.insert(pos, id);
   }
-  s.hist.reserve(std::max<std::size_t>(s.need.count, 2));
+  s.hist.reserve(initial_capacity(s.need.count));
   if (s.name == "epoch" && labels.empty()) epoch_series = id;
   series.push_back(std::move(s));
   series_ids_.emplace(key, id);
