@@ -27,6 +27,11 @@ void Executor::reduce(const PlanNode& n, RunKind kind, RunningWindow& run, const
   }
   auto w = reader_.read(h, n.window, *n.fn, at_.clock);
   if (w.n == 0 || w.n < n.fn->min_samples) return;
+  if (kind != RunKind::none)
+    if (auto v = running_value_of(kind, w)) {
+      out.push(labels, *v, fresh);
+      return;
+    }
   out.push(labels, n.fn->range(w, n.const_args), fresh);
 }
 

@@ -26,8 +26,6 @@ void History::reserve(std::size_t c) {
   }
   h.evals = evals;
   h.pushed = pushed;  // sample numbers survive growth
-  h.steps_sorted = steps_sorted;
-  h.times_sorted = times_sorted;
   *this = std::move(h);
 }
 
@@ -43,7 +41,7 @@ WindowReader::Bounds WindowReader::bounds(const History& h, const ir::Dur& w,
       return {true, h.pushed - n, h.pushed};
     }
     case ir::Unit::steps: {
-      if (!h.steps_sorted) return {};
+      if (!h.steps_sorted()) return {};
       // (cur - N, cur]: samples of other modes may lie above the current step.
       const std::int64_t lower = step_bound(clock.step, w.amount);
       const std::int64_t* first_step = &h.step[base];
@@ -58,7 +56,7 @@ WindowReader::Bounds WindowReader::bounds(const History& h, const ir::Dur& w,
     case ir::Unit::seconds: {
       // (now - T, now]; samples taken without a time are in no time window.
       if (std::isnan(clock.time)) return {true, h.pushed, h.pushed};
-      if (!h.times_sorted) return {};
+      if (!h.times_sorted()) return {};
       const double lower = clock.time - w.amount;
       const double* first_time = &h.time[base];
       const double* last_time = first_time + h.size;
@@ -78,7 +76,7 @@ WindowReader::Bounds WindowReader::bounds(const History& h, const ir::Dur& w,
 stdlib::Window WindowReader::window(const History& h, const ir::Dur& w, const Clock& clock) {
   switch (w.unit) {
     case ir::Unit::steps:
-      if (!h.steps_sorted) {
+      if (!h.steps_sorted()) {
         const std::int64_t lower = step_bound(clock.step, w.amount);
         return gather(
             h, [&](std::size_t p) { return h.step[p] > lower && h.step[p] <= clock.step; }, 0);
@@ -86,7 +84,7 @@ stdlib::Window WindowReader::window(const History& h, const ir::Dur& w, const Cl
       break;
     case ir::Unit::seconds:
       if (std::isnan(clock.time)) return no_window;
-      if (!h.times_sorted) {
+      if (!h.times_sorted()) {
         const double time = clock.time;
         auto in = [&](std::size_t p) { return h.time[p] > time - w.amount && h.time[p] <= time; };
         return gather(h, in, 0);
@@ -151,7 +149,7 @@ stdlib::Window WindowReader::preceding(const History& h, const ir::Dur& w, const
     }
     case ir::Unit::steps: {
       const std::int64_t lower = step_bound(step, w.amount);
-      if (h.steps_sorted) {
+      if (h.steps_sorted()) {
         // The window's first sample follows the newest one outside it.
         const Bounds b = bounds(h, w, clock);
         return b.lo > h.first_held() ? one(h, h.phys(b.lo - 1)) : no_window;
@@ -160,7 +158,7 @@ stdlib::Window WindowReader::preceding(const History& h, const ir::Dur& w, const
     }
     case ir::Unit::seconds:
       if (std::isnan(time)) return no_window;
-      if (h.times_sorted) {
+      if (h.times_sorted()) {
         const double* first_time = &h.time[h.at(0)];
         const auto lo = std::partition_point(first_time, first_time + h.size,
                                              [&](double t) { return t <= time - w.amount; });

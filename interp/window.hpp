@@ -44,10 +44,15 @@ struct History {
   /// pushed - size + i. Running windows (window_state.hpp) name samples by
   /// these numbers, which survive growth and eviction.
   std::uint64_t pushed = 0;
-  bool steps_sorted = true;  // steps never went down (train/eval may interleave otherwise)
-  /// Every sample has a time and times never went down: time windows are
+  /// Order of the held samples, kept as counts so that it is a function of
+  /// the held samples alone (a restored history, rebuilt from them, agrees):
+  /// adjacent pairs whose step (time) goes down, and samples without a time.
+  std::size_t step_drops = 0, time_drops = 0, untimed = 0;
+  /// Held steps never go down (train/eval may interleave otherwise).
+  [[nodiscard]] bool steps_sorted() const { return step_drops == 0; }
+  /// Every held sample has a time and times never go down: time windows are
   /// contiguous spans then.
-  bool times_sorted = true;
+  [[nodiscard]] bool times_sorted() const { return time_drops == 0 && untimed == 0; }
   std::vector<double> value, time;
   std::vector<std::int64_t> step;
   std::vector<std::uint16_t> mode;
@@ -55,19 +60,34 @@ struct History {
   /// Grows (or first sizes) the buffer to `c` samples, keeping what it holds.
   void reserve(std::size_t c);
   /// Physical index of the i-th oldest sample held.
-  [[nodiscard]] std::size_t at(std::size_t i) const { return (head + cap - size + i) % cap; }
+  [[nodiscard]] std::size_t at(std::size_t i) const {
+    // head + cap - size + i < 2 cap: one conditional subtraction, no division
+    // (this runs several times per sample on the hot path).
+    const std::size_t p = head + (cap - size) + i;
+    return p >= cap ? p - cap : p;
+  }
   [[nodiscard]] std::size_t newest() const { return at(size - 1); }
   /// Writes a sample over the oldest when full (no retention check: see push).
   void put(double v, std::int64_t s, double t, std::uint16_t m) {
-    if (size > 0 && s < step[newest()]) steps_sorted = false;
-    if (std::isnan(t) || (size > 0 && t < time[newest()])) times_sorted = false;
+    if (size == cap && size >= 2) {
+      // The oldest is overwritten: its pair with the next one leaves.
+      const std::size_t o = at(0), n = at(1);
+      step_drops -= step[n] < step[o];
+      time_drops -= time[n] < time[o];
+    }
+    if (size == cap && size > 0) untimed -= std::isnan(time[at(0)]);
+    if (size > 0) {
+      step_drops += s < step[newest()];
+      time_drops += t < time[newest()];
+    }
+    untimed += std::isnan(t);
     for (std::size_t p : {head, head + cap}) {
       value[p] = v;
       step[p] = s;
       time[p] = t;
       mode[p] = m;
     }
-    head = (head + 1) % cap;
+    head = head + 1 == cap ? 0 : head + 1;
     if (size < cap) ++size;
     ++pushed;
   }
@@ -127,14 +147,14 @@ inline bool still_needed(const History& h, const Retention& need, const Clock& c
     if (!outside(oldest)) return true;
     // `before` needs the newest sample outside the window: the oldest
     // stays until a newer one is outside too.
-    if (need.preceding_steps && !newer_outside(h, h.steps_sorted, outside)) return true;
+    if (need.preceding_steps && !newer_outside(h, h.steps_sorted(), outside)) return true;
   }
   if (need.seconds > 0) {
     // Samples without a time are in no time window and never `before` one.
     const double bound = clock.last_time - need.seconds;
     if (h.time[oldest] > bound) return true;
     if (need.preceding_seconds && !std::isnan(h.time[oldest]) &&
-        !newer_outside(h, h.times_sorted, [&](std::size_t p) { return h.time[p] <= bound; }))
+        !newer_outside(h, h.times_sorted(), [&](std::size_t p) { return h.time[p] <= bound; }))
       return true;
   }
   if (need.evals > 0 && h.mode[oldest] == eval_mode && h.evals <= need.evals) return true;

@@ -4,6 +4,7 @@
 #include "interp/window_state.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -136,6 +137,34 @@ RunKind running_kind(const stdlib::FunctionDef& fn) {
   return RunKind::none;
 }
 
+namespace {
+
+/// The population variance, from Σx and Σx² (exact); 0 when all
+/// samples are equal, as Welford gives.
+double variance_of(ExactSum& sx, ExactSum& sxx, double n, bool all_equal) {
+  if (all_equal) return 0;
+  const DoubleDouble m2 = centred(sxx.value_dd(), sx.value_dd(), n);
+  return std::max(0.0, m2.hi + m2.lo) / n;
+}
+
+/// zscore from the exact sums of the window without its latest sample.
+double zscore_of(ExactSum& sx, ExactSum& sxx, double n, bool all_equal, double latest) {
+  // latest - mean as (n * latest - Σx) / n in double-double: a latest
+  // sample close to a large mean keeps its digits.
+  const DoubleDouble diff = dd_div(dd_sub(two_prod(latest, n), sx.value_dd()), n);
+  return standardised(diff.hi + diff.lo, std::sqrt(variance_of(sx, sxx, n, all_equal)));
+}
+
+/// slope from exact Σd, Σd² (d = step - origin), Σy and Σd·y.
+double slope_of(__int128 sd, __int128 sdd, ExactSum& sy, ExactSum& sdy, double n) {
+  const DoubleDouble d = dd_of(sd);
+  const DoubleDouble sxx = centred(dd_of(sdd), d, n);
+  const DoubleDouble sxy = co_centred(sdy.value_dd(), d, sy.value_dd(), n);
+  return (sxy.hi + sxy.lo) / (sxx.hi + sxx.lo);
+}
+
+}  // namespace
+
 // ---- ExactSum -----------------------------------------------------------------
 
 void ExactSum::clear() {
@@ -200,19 +229,62 @@ void ExactSum::normalise() {
 
 namespace {
 
-/// Rounds a normalised non-negative digit string (digits in [0, 2^32), the
-/// top one `top` non-zero) to the nearest double, ties to even: the top 96
-/// bits, doubled, plus one for any bit below them (a sticky bit between the
-/// truncation and the next value up rounds like the exact value).
-double round_digits(const std::int64_t* d, int lo, int top) {
+/// 2^(32 i - 1074 - 1): the weight of bit 0 of a 97-bit window whose lowest
+/// digit is digit i (the -1: the window is shifted left for the sticky
+/// bit). Scaling by it is exact wherever the result is a normal double.
+/// Only for 1 <= i < 64 (powers of two from 2^-1043 to 2^941: exact).
+double digit_scale(int i) {
+  static const auto table = [] {
+    std::array<double, 64> t{};
+    for (int k = 1; k < 64; ++k) t[static_cast<std::size_t>(k)] = std::ldexp(1.0, 32 * k - 1074 - 1);
+    return t;
+  }();
+  return table[static_cast<std::size_t>(i)];
+}
+
+/// The top 96 bits of a normalised non-negative digit string (digits in
+/// [0, 2^32), the top one `top` non-zero), and whether any bit below them
+/// is set.
+struct Top96 {
+  unsigned __int128 bits;
+  bool sticky;
+};
+Top96 top96(const std::int64_t* d, int lo, int top) {
   auto digit = [&](int i) {
     return i >= lo ? static_cast<unsigned __int128>(static_cast<std::uint64_t>(d[i])) : 0;
   };
-  unsigned __int128 t = (digit(top) << 64) | (digit(top - 1) << 32) | digit(top - 2);
+  const unsigned __int128 t = (digit(top) << 64) | (digit(top - 1) << 32) | digit(top - 2);
   bool sticky = false;
   for (int i = lo; i <= top - 3; ++i) sticky |= d[i] != 0;
-  t = (t << 1) | (sticky ? 1 : 0);
-  return std::ldexp(static_cast<double>(t), 32 * (top - 2) - 1074 - 1);
+  return {t, sticky};
+}
+
+/// Rounds the digit string to the nearest double, ties to even: the top 96
+/// bits, doubled, plus one for any bit below them (a sticky bit between the
+/// truncation and the next value up rounds like the exact value).
+double round_digits(const std::int64_t* d, int lo, int top) {
+  const Top96 t = top96(d, lo, top);
+  const unsigned __int128 twice = (t.bits << 1) | (t.sticky ? 1 : 0);
+  const double r = static_cast<double>(twice);
+  if (top - 2 >= 1 && top - 2 < 64) return r * digit_scale(top - 2);
+  return std::ldexp(r, 32 * (top - 2) - 1074 - 1);
+}
+
+/// hi + lo of the digit string: hi its top 96 bits rounded, lo what is
+/// left of them plus the next digit (about 2^-120 of the value).
+DoubleDouble dd_digits(const std::int64_t* d, int lo, int top) {
+  const Top96 t = top96(d, lo, top);
+  const double hi = static_cast<double>(t.bits);
+  // hi <= 2^96 is an integer: the remainder is exact and small.
+  const auto rest = static_cast<__int128>(t.bits) - static_cast<__int128>(static_cast<unsigned __int128>(hi));
+  const double below = top - 3 >= lo ? static_cast<double>(d[top - 3]) * 0x1p-32 : 0.0;
+  const double rem = static_cast<double>(rest) + below;
+  if (top - 2 >= 1 && top - 2 < 64) {
+    const double scale = digit_scale(top - 2) * 2;  // no sticky shift here
+    return fast_two_sum(hi * scale, rem * scale);
+  }
+  const int e = 32 * (top - 2) - 1074;
+  return fast_two_sum(std::ldexp(hi, e), std::ldexp(rem, e));
 }
 
 }  // namespace
@@ -223,6 +295,11 @@ double ExactSum::value() {
   if (d_[hi_] > 0) return round_digits(d_, lo_, hi_);
   // Negative: round the negated digits (normalised again) and negate.
   std::int64_t neg[digits];
+  const int top = negated(neg);
+  return -round_digits(neg, lo_, top);
+}
+
+int ExactSum::negated(std::int64_t* neg) const {
   std::int64_t carry = 0;
   for (int i = lo_; i <= hi_; ++i) {
     const std::int64_t d = -d_[i] + carry;
@@ -231,17 +308,17 @@ double ExactSum::value() {
   }
   int top = hi_;
   while (top >= lo_ && neg[top] == 0) --top;
-  return -round_digits(neg, lo_, top);
+  return top;
 }
 
 DoubleDouble ExactSum::value_dd() {
-  const double hi = value();
-  if (!std::isfinite(hi)) return {hi, 0};
-  // Exact: remove hi, read the rest, put hi back.
-  put(hi, true);
-  const double lo = value();
-  put(hi, false);
-  return {hi, lo};
+  normalise();
+  if (hi_ < lo_) return {0.0, 0.0};
+  if (d_[hi_] > 0) return dd_digits(d_, lo_, hi_);
+  std::int64_t neg[digits];
+  const int top = negated(neg);
+  const DoubleDouble v = dd_digits(neg, lo_, top);
+  return {-v.hi, -v.lo};
 }
 
 // ---- Deque --------------------------------------------------------------------
@@ -386,16 +463,20 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
 void RunningWindow::add(RunKind kind, const History& h, std::uint64_t k) {
   const std::size_t p = h.phys(k);
   const double v = h.value[p];
-  const bool first = k == lo_;  // the window was empty
-  if (!first) {
-    const std::size_t q = h.phys(k - 1);
-    if (!same(h.value[q], v)) {
-      ++changes_;
-      vchange_ = k;
+  // Neighbour comparisons only for the kinds that read them.
+  const bool pairs = kind == RunKind::changes || kind == RunKind::var ||
+                     kind == RunKind::std_dev || kind == RunKind::zscore || kind == RunKind::slope;
+  if (pairs) {
+    if (k != lo_) {  // the window was not empty
+      const std::size_t q = h.phys(k - 1);
+      if (!same(h.value[q], v)) {
+        ++changes_;
+        vchange_ = k;
+      }
+      if (h.step[q] != h.step[p]) schange_ = k;
+    } else {
+      vchange_ = schange_ = k;
     }
-    if (h.step[q] != h.step[p]) schange_ = k;
-  } else {
-    vchange_ = schange_ = k;
   }
   hi_ = k + 1;
   const bool is_nan = std::isnan(v);
@@ -446,7 +527,7 @@ void RunningWindow::add(RunKind kind, const History& h, std::uint64_t k) {
 void RunningWindow::remove(RunKind kind, const History& h, std::uint64_t k) {
   const std::size_t p = h.phys(k);
   const double v = h.value[p];
-  if (k + 1 < hi_ && !same(v, h.value[h.phys(k + 1)])) --changes_;
+  if (kind == RunKind::changes && k + 1 < hi_ && !same(v, h.value[h.phys(k + 1)])) --changes_;
   lo_ = k + 1;
   const bool is_nan = std::isnan(v);
   nans_ -= is_nan;
@@ -526,12 +607,7 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     case RunKind::std_dev: {
       if (nans_) return nan;
       if (specials_) return std::nullopt;
-      double var = 0;  // all samples equal: exactly zero, as Welford gives
-      if (vchange_ > lo_)
-        var = std::max(0.0, [&] {
-          const DoubleDouble m2 = centred(sums_[1].value_dd(), sums_[0].value_dd(), n);
-          return m2.hi + m2.lo;
-        }()) / n;
+      const double var = variance_of(sums_[0], sums_[1], n, vchange_ <= lo_);
       return kind == RunKind::var ? var : std::sqrt(var);
     }
     case RunKind::median: return nans_ ? nan : tree_.quantile(static_cast<std::uint32_t>(n), 0.5);
@@ -545,32 +621,17 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       const double first = h.value[h.phys(lo_)];
       return (latest - first) / std::abs(first);
     }
-    case RunKind::slope: {
+    case RunKind::slope:
       if (nans_) return nan;
       if (specials_ || wide_) return std::nullopt;
       if (schange_ <= lo_) return nan;  // one step: no line
-      // Centred sums from exact ones: Σd² - (Σd)²/n and Σd·y - Σd·Σy/n.
-      const DoubleDouble sd = dd_of(sd_);
-      const DoubleDouble sxx = centred(dd_of(sdd_), sd, n);
-      const DoubleDouble sxy = co_centred(sums_[1].value_dd(), sd, sums_[0].value_dd(), n);
-      return (sxy.hi + sxy.lo) / (sxx.hi + sxx.lo);
-    }
+      return slope_of(sd_, sdd_, sums_[0], sums_[1], n);
     case RunKind::changes: return static_cast<double>(changes_);
     case RunKind::any_nan: return nans_ ? 1 : 0;
-    case RunKind::zscore: {
+    case RunKind::zscore:
       if (nans_ || std::isnan(latest)) return nan;
       if (specials_ || !(std::abs(latest) <= special_above)) return std::nullopt;
-      // latest - mean as (n * latest - Σx) / n in double-double: a latest
-      // sample close to a large mean keeps its digits.
-      const DoubleDouble sx = sums_[0].value_dd();
-      const DoubleDouble diff = dd_div(dd_sub(two_prod(latest, n), sx), n);
-      double var = 0;
-      if (vchange_ > lo_) {
-        const DoubleDouble m2 = centred(sums_[1].value_dd(), sx, n);
-        var = std::max(0.0, m2.hi + m2.lo) / n;
-      }
-      return standardised(diff.hi + diff.lo, std::sqrt(var));
-    }
+      return zscore_of(sums_[0], sums_[1], n, vchange_ <= lo_, latest);
     case RunKind::iqr_outlier: {
       if (nans_ || std::isnan(latest)) return nan;
       const auto m = static_cast<std::uint32_t>(n);
@@ -580,6 +641,65 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     }
   }
   return std::nullopt;
+}
+
+}  // namespace vigil::interp
+
+namespace vigil::interp {
+
+std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w) {
+  // Only the kinds whose running value is not the kernel's bit for bit.
+  if (kind != RunKind::sum && kind != RunKind::mean && kind != RunKind::var &&
+      kind != RunKind::std_dev && kind != RunKind::zscore && kind != RunKind::slope)
+    return std::nullopt;
+  const std::size_t n = kind == RunKind::zscore ? w.n - 1 : w.n;
+  for (std::size_t i = 0; i < w.n; ++i)
+    if (std::isnan(w.values[i])) return nan;
+  for (std::size_t i = 0; i < w.n; ++i)
+    if (!(std::abs(w.values[i]) <= special_above)) return std::nullopt;  // the kernel's
+  ExactSum a, b;
+  bool all_equal = true, one_step = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    all_equal &= w.values[i] == w.values[0];
+    one_step &= w.steps[i] == w.steps[0];
+  }
+  const auto dn = static_cast<double>(n);
+  switch (kind) {
+    case RunKind::sum:
+    case RunKind::mean:
+      for (std::size_t i = 0; i < n; ++i) a.add(w.values[i]);
+      return kind == RunKind::sum ? a.value() : a.value() / dn;
+    case RunKind::var:
+    case RunKind::std_dev:
+    case RunKind::zscore: {
+      for (std::size_t i = 0; i < n; ++i) {
+        a.add(w.values[i]);
+        const DoubleDouble sq = two_prod(w.values[i], w.values[i]);
+        b.add(sq.hi);
+        b.add(sq.lo);
+      }
+      if (kind == RunKind::zscore) return zscore_of(a, b, dn, all_equal, w.values[w.n - 1]);
+      const double var = variance_of(a, b, dn, all_equal);
+      return kind == RunKind::var ? var : std::sqrt(var);
+    }
+    case RunKind::slope: {
+      if (one_step) return nan;
+      __int128 sd = 0, sdd = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::int64_t d;
+        if (__builtin_sub_overflow(w.steps[i], w.steps[0], &d) || d <= -wide_step || d >= wide_step)
+          return std::nullopt;
+        sd += d;
+        sdd += static_cast<__int128>(d) * d;
+        a.add(w.values[i]);
+        const DoubleDouble dy = two_prod(static_cast<double>(d), w.values[i]);
+        b.add(dy.hi);
+        b.add(dy.lo);
+      }
+      return slope_of(sd, sdd, a, b, dn);
+    }
+    default: return std::nullopt;
+  }
 }
 
 }  // namespace vigil::interp

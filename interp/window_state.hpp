@@ -90,17 +90,27 @@ class ExactSum {
   void remove(double x) { put(x, true); }
   /// The correctly rounded sum (+0.0 for an empty or cancelled sum).
   [[nodiscard]] double value();
-  /// The sum as hi + lo, hi correctly rounded and lo the rounded remainder.
+  /// The sum as hi + lo to about 2^-120 relative (hi is not necessarily
+  /// the correctly rounded sum: value() is).
   [[nodiscard]] DoubleDouble value_dd();
 
  private:
   static constexpr int digits = 68;
   void put(double x, bool negate);
   void normalise();
+  /// The negated digits, normalised, into `neg`; returns the top non-zero one.
+  int negated(std::int64_t* neg) const;
   std::int64_t d_[digits];
   int lo_ = digits, hi_ = -1;  // digits in use
   std::uint32_t ops_ = 0;      // additions since the last carry propagation
 };
+
+/// The running kind's value computed afresh from a window that is not a
+/// contiguous run of held samples (gathered), with the same exact sums and
+/// formulas as a RunningWindow, so that a value never depends on how its
+/// window was found. nullopt: use the registry kernel (its value is already
+/// the same: min/max/quantiles/counts; or the window holds a special sample).
+std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w);
 
 /// The running state of one range function over one history.
 class RunningWindow {

@@ -7,7 +7,7 @@
 //    mean within the kernel's own rounding (the running sum is the correctly
 //    rounded one, the kernel's Neumaier sum is within an ulp or two of it,
 //    so the bound is 1e-13 of the sum of magnitudes); var/std/zscore/slope
-//    within 1e-9 relative to a two-pass long double recompute (the
+//    within 1e-9 relative to a two-pass __float128 recompute (the
 //    registry's Welford kernel is less accurate than the running window on
 //    ill-conditioned windows, so it is not the oracle for those);
 // 2. saving the engine's state anywhere and continuing in a fresh engine is
@@ -76,40 +76,42 @@ std::string program_text(const Case& c) {
   return "rule r: when " + f + " == " + f + " cooldown 1 samples do log\n";
 }
 
-/// var/std/zscore/slope recomputed two-pass in long double: the registry's
+/// var/std/zscore/slope recomputed two-pass in __float128: the registry's
 /// one-pass Welford kernel is itself off by ~1e-8 relative on
 /// ill-conditioned windows (1e6 +- 1e-3), where the running window's exact
 /// sums are not, so it cannot be the oracle there.
 std::optional<double> two_pass(const std::string& fn, const std::vector<double>& v,
                                const std::vector<std::int64_t>& steps) {
+  using Q = __float128;  // 113 bits: exact enough to judge double-double results
   for (double x : v)
     if (std::isnan(x)) return std::nullopt;
   const std::size_t n = fn == "zscore" ? v.size() - 1 : v.size();
-  long double mean = 0, mx = 0;
+  Q mean = 0, mx = 0;
   for (std::size_t i = 0; i < n; ++i) {
     mean += v[i];
-    mx += static_cast<long double>(steps[i]);
+    mx += static_cast<Q>(steps[i]);
   }
-  mean /= static_cast<long double>(n);
-  mx /= static_cast<long double>(n);
-  long double m2 = 0, sxx = 0, sxy = 0;
+  mean /= static_cast<Q>(n);
+  mx /= static_cast<Q>(n);
+  Q m2 = 0, sxx = 0, sxy = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const long double d = v[i] - mean, dx = static_cast<long double>(steps[i]) - mx;
+    const Q d = v[i] - mean, dx = static_cast<Q>(steps[i]) - mx;
     m2 += d * d;
     sxx += dx * dx;
     sxy += dx * d;
   }
-  const long double var = m2 / static_cast<long double>(n);
+  const Q var = m2 / static_cast<Q>(n);
+  const long double sd = std::sqrt(static_cast<long double>(var));
   if (fn == "var") return static_cast<double>(var);
-  if (fn == "std") return static_cast<double>(std::sqrt(var));
+  if (fn == "std") return static_cast<double>(sd);
   if (fn == "slope") {
     if (sxx == 0) return std::nullopt;
     return static_cast<double>(sxy / sxx);
   }
-  const long double diff = v.back() - mean;
+  const Q diff = v.back() - mean;
   if (diff == 0) return 0.0;
   if (var == 0) return diff > 0 ? INFINITY : -INFINITY;
-  return static_cast<double>(diff / std::sqrt(var));
+  return static_cast<double>(static_cast<long double>(diff) / sd);
 }
 
 /// The naive evaluation: the window recomputed from the whole trace, the
@@ -205,7 +207,7 @@ double scale_of(const Case& c, std::size_t i, double want) {
     }
     return c.fn == "sum" ? s : s / static_cast<double>(std::max<std::size_t>(n, 1));
   }
-  // var/std/zscore/slope against the long double two-pass: relative to the
+  // var/std/zscore/slope against the __float128 two-pass: relative to the
   // value, plus what double-double leaves of the magnitudes (2^-100 of the
   // largest square) where the variance cancels to almost nothing.
   double m = 0;
