@@ -12,14 +12,14 @@ namespace vigil::interp {
 /// One range function over one history: pushes its value if defined. A
 /// contiguous window with a running kind is followed by its running state;
 /// anything else is recomputed from the window (window_state.hpp says when).
-void Executor::reduce(const PlanNode& n, RunKind kind, RunningWindow& run, const History& h,
+void Executor::reduce(const PlanNode& n, RunKind kind, RunningWindow* run, const History& h,
                       std::uint32_t labels, bool fresh, Column& out) {
-  if (kind != RunKind::none) {
+  if (run) {
     const auto b = WindowReader::bounds(h, n.window, at_.clock);
     if (b.contiguous) {
       const auto count = static_cast<std::size_t>(b.hi - b.lo);
       if (count == 0 || count < n.fn->min_samples) return;
-      if (auto v = run.update(kind, h, b.lo, b.hi, n.const_args)) {
+      if (auto v = run->update(kind, h, b.lo, b.hi, n.const_args)) {
         out.push(labels, *v, fresh);
         return;
       }
@@ -38,14 +38,23 @@ void Executor::reduce(const PlanNode& n, RunKind kind, RunningWindow& run, const
 void Executor::eval_range(std::uint32_t id, const PlanNode& n, Column& out) {
   if (n.fn->kind == stdlib::FnKind::clock) return eval_age(n, out);
   const RunKind kind = run_kind_[id];
+  const auto& members = store_->members[n.selector];
   auto& running = running_[id];
-  for (SeriesId sid : store_->members[n.selector]) {
+  auto& ids = running_ids_[id];
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const SeriesId sid = members[i];
     const Series& s = store_->series[sid];
-    // Sized as series appear (warm-up), by id: members are sorted by label.
-    if (kind != RunKind::none && running.size() <= sid) running.resize(store_->series.size());
-    static RunningWindow none_state;
-    RunningWindow& run = kind != RunKind::none ? running[sid] : none_state;
-    reduce(n, kind, run, s.hist, s.labels, s.stamp == at_.obs, out);
+    if (kind == RunKind::none) {
+      reduce(n, kind, nullptr, s.hist, s.labels, s.stamp == at_.obs, out);
+      continue;
+    }
+    // Parallel to the members (sorted by label, only ever inserted into): a
+    // new series gets its running window where it was inserted (warm-up).
+    if (i >= ids.size() || ids[i] != sid) {
+      ids.insert(ids.begin() + static_cast<std::ptrdiff_t>(i), sid);
+      running.insert(running.begin() + static_cast<std::ptrdiff_t>(i), RunningWindow{});
+    }
+    reduce(n, kind, &running[i], s.hist, s.labels, s.stamp == at_.obs, out);
   }
 }
 
@@ -82,7 +91,9 @@ void Executor::eval_expr_range(std::uint32_t id, const PlanNode& n, Column& out)
       it->stamp = at_.obs;
     }
   }
-  for (auto& h : hs) reduce(n, run_kind_[id], h.run, h.hist, h.labels, h.stamp == at_.obs, out);
+  const RunKind kind = run_kind_[id];
+  for (auto& h : hs)
+    reduce(n, kind, kind == RunKind::none ? nullptr : &h.run, h.hist, h.labels, h.stamp == at_.obs, out);
 }
 
 }  // namespace vigil::interp

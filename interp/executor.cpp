@@ -15,6 +15,7 @@ Executor::Executor(const Plan& plan) : plan_(&plan) {
   expr_hist.resize(plan.nodes.size());
   run_kind_.resize(plan.nodes.size(), RunKind::none);
   running_.resize(plan.nodes.size());
+  running_ids_.resize(plan.nodes.size());
   for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
     const auto& n = plan.nodes[i];
     if (n.op == ir::Op::range_call && n.fn) run_kind_[i] = running_kind(*n.fn);

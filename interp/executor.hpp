@@ -100,7 +100,8 @@ class Executor {
   void eval_aggregate(const PlanNode& n, Column& out);
   void eval_stateful(std::uint32_t id, const PlanNode& n, Column& out);
   // execute_range.cpp
-  void reduce(const PlanNode& n, RunKind kind, RunningWindow& run, const History& h,
+  /// `run`: the running window of a running kind, else null.
+  void reduce(const PlanNode& n, RunKind kind, RunningWindow* run, const History& h,
               std::uint32_t labels, bool fresh, Column& out);
   void eval_range(std::uint32_t id, const PlanNode& n, Column& out);
   void eval_age(const PlanNode& n, Column& out);
@@ -117,12 +118,14 @@ class Executor {
   bool force_ = true;  // recompute every node (first observation, after restore)
   std::vector<double> args_;
   WindowReader reader_;
-  /// Per range node: its running kind, and its running windows by series id
-  /// (ranges over expressions keep theirs in ExprHistory). Not saved: a
-  /// running window is a function of its window's samples and is rebuilt
-  /// from the restored histories (window_state.hpp).
+  /// Per range node: its running kind, and its running windows parallel to
+  /// its selector's members (running_ids_: the series of each; ranges over
+  /// expressions keep theirs in ExprHistory). Not saved: a running window is
+  /// a function of its window's samples and is rebuilt from the restored
+  /// histories (window_state.hpp).
   std::vector<RunKind> run_kind_;
   std::vector<std::vector<RunningWindow>> running_;
+  std::vector<std::vector<SeriesId>> running_ids_;
 };
 
 }  // namespace vigil::interp
