@@ -577,7 +577,7 @@ struct WindowCase {
   const char* fn;      // registry name ("" : the threshold baseline)
   const char* window;  // "10000", "10000 steps", "10000s"
   const char* arg;     // a constant argument ("" : none)
-  const char* test;    // what the value is compared with to fire (rarely)
+  const char* test;    // what the value is compared with to fire (rarely; "": a condition)
 };
 
 const std::vector<WindowCase>& window_cases() {
@@ -597,7 +597,7 @@ const std::vector<WindowCase>& window_cases() {
       {"median", "median", "10000", "", "> 100"},
       {"quantile", "quantile", "10000", "0.95", "> 100"},
       {"zscore", "zscore", "10000", "", "> 1e6"},
-      {"iqr_outlier", "iqr_outlier", "10000", "30", "> 1"},
+      {"iqr_outlier", "iqr_outlier", "10000", "30", ""},  // a condition itself
       {"mean_steps", "mean", "10000 steps", "", "> 100"},
       {"max_seconds", "max", "10000s", "", "> 100"},
       {"median_seconds", "median", "10000s", "", "> 100"},
@@ -616,6 +616,7 @@ std::string window_call(const WindowCase& c) {
 
 std::string window_rule(const WindowCase& c) {
   if (!*c.fn) return fmt::format("rule r: when loss {} do log\n", c.test);
+  if (!*c.test) return fmt::format("rule r: when {} do log\n", window_call(c));
   return fmt::format("rule r: when {} {} do log\n", window_call(c), c.test);
 }
 
