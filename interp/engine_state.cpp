@@ -101,7 +101,7 @@ void transfer_history(A& a, H& h, std::size_t cap, std::size_t modes) {
   const auto size = a.count(h.size, 8);
   if constexpr (A::reading) {
     h = interp::History{};
-    h.reserve(std::max<std::size_t>({cap, static_cast<std::size_t>(size), 2}));
+    h.reserve(std::max(interp::initial_capacity(cap), static_cast<std::size_t>(size)));
     for (std::uint64_t i = 0; i < size; ++i) {
       double v, t;
       std::int64_t st;

@@ -9,19 +9,52 @@
 
 namespace vigil::interp {
 
-/// One range function over one history: pushes its value if defined.
-void Executor::reduce(const PlanNode& n, const History& h, std::uint32_t labels, bool fresh,
-                      Column& out) {
+/// One range function over one history: pushes its value if defined. A
+/// contiguous window with a running kind is followed by its running state;
+/// anything else is recomputed from the window (window_state.hpp says when).
+void Executor::reduce(const PlanNode& n, RunKind kind, RunningWindow* run, const History& h,
+                      std::uint32_t labels, bool fresh, Column& out) {
+  if (run) {
+    const auto b = WindowReader::bounds(h, n.window, at_.clock);
+    if (b.contiguous) {
+      const auto count = static_cast<std::size_t>(b.hi - b.lo);
+      if (count == 0 || count < n.fn->min_samples) return;
+      if (auto v = run->update(kind, h, b.lo, b.hi, n.const_args)) {
+        out.push(labels, *v, fresh);
+        return;
+      }
+    }
+  }
   auto w = reader_.read(h, n.window, *n.fn, at_.clock);
   if (w.n == 0 || w.n < n.fn->min_samples) return;
+  if (kind != RunKind::none)
+    if (auto v = running_value_of(kind, w)) {
+      out.push(labels, *v, fresh);
+      return;
+    }
   out.push(labels, n.fn->range(w, n.const_args), fresh);
 }
 
-void Executor::eval_range(const PlanNode& n, Column& out) {
+void Executor::eval_range(std::uint32_t id, const PlanNode& n, Column& out) {
   if (n.fn->kind == stdlib::FnKind::clock) return eval_age(n, out);
-  for (SeriesId sid : store_->members[n.selector]) {
+  const RunKind kind = run_kind_[id];
+  const auto& members = store_->members[n.selector];
+  auto& running = running_[id];
+  auto& ids = running_ids_[id];
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const SeriesId sid = members[i];
     const Series& s = store_->series[sid];
-    reduce(n, s.hist, s.labels, s.stamp == at_.obs, out);
+    if (kind == RunKind::none) {
+      reduce(n, kind, nullptr, s.hist, s.labels, s.stamp == at_.obs, out);
+      continue;
+    }
+    // Parallel to the members (sorted by label, only ever inserted into): a
+    // new series gets its running window where it was inserted (warm-up).
+    if (i >= ids.size() || ids[i] != sid) {
+      ids.insert(ids.begin() + static_cast<std::ptrdiff_t>(i), sid);
+      running.insert(running.begin() + static_cast<std::ptrdiff_t>(i), RunningWindow{});
+    }
+    reduce(n, kind, &running[i], s.hist, s.labels, s.stamp == at_.obs, out);
   }
 }
 
@@ -51,14 +84,16 @@ void Executor::eval_expr_range(std::uint32_t id, const PlanNode& n, Column& out)
       if (it == hs.end() || it->labels != c.labels[i]) {
         ExprHistory fresh;
         fresh.labels = c.labels[i];
-        fresh.hist.reserve(std::max<std::size_t>(n.history.count, 2));
+        fresh.hist.reserve(initial_capacity(n.history.count));
         it = hs.insert(it, std::move(fresh));
       }
       push(it->hist, n.history, c.values[i], at_.clock);
       it->stamp = at_.obs;
     }
   }
-  for (const auto& h : hs) reduce(n, h.hist, h.labels, h.stamp == at_.obs, out);
+  const RunKind kind = run_kind_[id];
+  for (auto& h : hs)
+    reduce(n, kind, kind == RunKind::none ? nullptr : &h.run, h.hist, h.labels, h.stamp == at_.obs, out);
 }
 
 }  // namespace vigil::interp

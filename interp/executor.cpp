@@ -13,8 +13,12 @@ Executor::Executor(const Plan& plan) : plan_(&plan) {
   columns_.resize(plan.nodes.size());
   slots.resize(plan.nodes.size());
   expr_hist.resize(plan.nodes.size());
+  run_kind_.resize(plan.nodes.size(), RunKind::none);
+  running_.resize(plan.nodes.size());
+  running_ids_.resize(plan.nodes.size());
   for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
     const auto& n = plan.nodes[i];
+    if (n.op == ir::Op::range_call && n.fn) run_kind_[i] = running_kind(*n.fn);
     if (n.op == ir::Op::constant) columns_[i].push(0, n.constant, false);
   }
   args_.reserve(16);
@@ -43,7 +47,7 @@ void Executor::evaluate(const SeriesStore& store, const Observe& at) {
         if (n.selector == no_node)
           eval_expr_range(id, n, out);
         else
-          eval_range(n, out);
+          eval_range(id, n, out);
         break;
       case ir::Op::call:
         if (n.fn->kind == stdlib::FnKind::aggregate)

@@ -17,6 +17,7 @@
 #include "interp/plan.hpp"
 #include "interp/series_store.hpp"
 #include "interp/window.hpp"
+#include "interp/window_state.hpp"
 
 namespace vigil::interp {
 
@@ -51,6 +52,7 @@ struct ExprHistory {
   std::uint32_t labels = 0;
   History hist;
   std::uint64_t stamp = 0;  // observation number of the newest sample
+  RunningWindow run;        // the range function's running state (not saved: rebuilt)
 };
 
 /// What one observation is evaluated at.
@@ -98,8 +100,10 @@ class Executor {
   void eval_aggregate(const PlanNode& n, Column& out);
   void eval_stateful(std::uint32_t id, const PlanNode& n, Column& out);
   // execute_range.cpp
-  void reduce(const PlanNode& n, const History& h, std::uint32_t labels, bool fresh, Column& out);
-  void eval_range(const PlanNode& n, Column& out);
+  /// `run`: the running window of a running kind, else null.
+  void reduce(const PlanNode& n, RunKind kind, RunningWindow* run, const History& h,
+              std::uint32_t labels, bool fresh, Column& out);
+  void eval_range(std::uint32_t id, const PlanNode& n, Column& out);
   void eval_age(const PlanNode& n, Column& out);
   void eval_expr_range(std::uint32_t id, const PlanNode& n, Column& out);
   // execute_operator.cpp
@@ -114,6 +118,14 @@ class Executor {
   bool force_ = true;  // recompute every node (first observation, after restore)
   std::vector<double> args_;
   WindowReader reader_;
+  /// Per range node: its running kind, and its running windows parallel to
+  /// its selector's members (running_ids_: the series of each; ranges over
+  /// expressions keep theirs in ExprHistory). Not saved: a running window is
+  /// a function of its window's samples and is rebuilt from the restored
+  /// histories (window_state.hpp).
+  std::vector<RunKind> run_kind_;
+  std::vector<std::vector<RunningWindow>> running_;
+  std::vector<std::vector<SeriesId>> running_ids_;
 };
 
 }  // namespace vigil::interp

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "interp/plan.hpp"
+#include "interp/window_state.hpp"
 
 namespace vigil::interp {
 
@@ -15,8 +16,12 @@ namespace vigil::interp {
 // version of the same semantics.
 
 void Retention::cover(const ir::Dur& window, const stdlib::FunctionDef& fn) {
-  // `before(x[N])` reads the (N+1)-th newest sample.
-  const std::size_t extra = fn.preceding ? 1 : 0;
+  // `before(x[N])` reads the (N+1)-th newest sample. A running window
+  // (window_state.hpp) removes the samples that leave it, so it keeps one
+  // sample more than the window too: else a history exactly as long as the
+  // window would evict the leaving sample first and force a rebuild.
+  const bool running = running_kind(fn) != RunKind::none;
+  const std::size_t extra = fn.preceding || running ? 1 : 0;
   switch (window.unit) {
     case ir::Unit::samples:
       count = std::max(count, static_cast<std::size_t>(window.amount) + extra);
@@ -26,11 +31,11 @@ void Retention::cover(const ir::Dur& window, const stdlib::FunctionDef& fn) {
       break;
     case ir::Unit::steps:
       steps = std::max(steps, window.amount);
-      preceding_steps |= fn.preceding;
+      preceding_steps |= fn.preceding || running;
       break;
     case ir::Unit::seconds:
       seconds = std::max(seconds, window.amount);
-      preceding_seconds |= fn.preceding;
+      preceding_seconds |= fn.preceding || running;
       break;
     case ir::Unit::epochs: break;  // rejected by the checker
   }

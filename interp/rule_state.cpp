@@ -12,9 +12,12 @@ namespace {
 
 constexpr double nan = std::numeric_limits<double>::quiet_NaN();
 
-/// to - from in double: steps are host data and int64 subtraction of
-/// extreme values would overflow.
+/// to - from: exact in int64 (steps can be nanosecond timestamps, 1.7e18,
+/// where converting each to double first loses 256 steps); in double only
+/// when the int64 subtraction of extreme host values would overflow.
 double span(std::int64_t from, std::int64_t to) {
+  std::int64_t d;
+  if (!__builtin_sub_overflow(to, from, &d)) return static_cast<double>(d);
   return static_cast<double>(to) - static_cast<double>(from);
 }
 
@@ -47,7 +50,7 @@ bool gate(const ir::Rule& r, RuleState& rs, const RuleClock& c) {
         break;
       case ir::Unit::steps:
         if (rs.has_every &&
-            static_cast<double>(c.step) < static_cast<double>(rs.every_step) + e.amount)
+            span(rs.every_step, c.step) < e.amount)
           return false;
         break;
       case ir::Unit::seconds:

@@ -58,7 +58,7 @@ SeriesId SeriesStore::add_series(std::string key, std::string name, Labels&& par
                                 [&](SeriesId a, std::uint32_t l) { return series[a].labels < l; });
     m.insert(pos, id);
   }
-  s.hist.reserve(std::max<std::size_t>(s.need.count, 2));
+  s.hist.reserve(initial_capacity(s.need.count));
   if (s.name == "epoch" && labels.empty()) epoch_series = id;
   ++label_sets_per_name_[s.name];
   series.push_back(std::move(s));

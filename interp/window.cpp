@@ -25,53 +25,84 @@ void History::reserve(std::size_t c) {
     h.put(value[p], step[p], time[p], mode[p]);
   }
   h.evals = evals;
-  h.steps_sorted = steps_sorted;
+  h.pushed = pushed;  // sample numbers survive growth
   *this = std::move(h);
 }
 
-stdlib::Window WindowReader::window(const History& h, const ir::Dur& w, const Clock& clock) {
-  const std::int64_t step = clock.step;
-  const double time = clock.time;
+WindowReader::Bounds WindowReader::bounds(const History& h, const ir::Dur& w,
+                                          const Clock& clock) {
+  const std::uint64_t first = h.first_held();
   // Held samples are contiguous from at(0) thanks to the mirror.
   const std::size_t base = h.size ? h.at(0) : 0;
-  std::size_t lo = 0, hi = h.size;  // the window is [lo, hi) of the held samples
   switch (w.unit) {
     case ir::Unit::samples: {
       const auto n = static_cast<std::size_t>(w.amount);
-      if (h.size < n) return no_window;
-      lo = h.size - n;
-      break;
+      if (h.size < n) return {true, h.pushed, h.pushed};
+      return {true, h.pushed - n, h.pushed};
     }
     case ir::Unit::steps: {
+      if (!h.steps_sorted()) return {};
       // (cur - N, cur]: samples of other modes may lie above the current step.
-      const double lower = static_cast<double>(step) - w.amount;
-      auto before = [&](std::int64_t st) { return static_cast<double>(st) <= lower; };
-      auto in = [&](std::int64_t st) { return !before(st) && st <= step; };
-      auto held_in = [&](std::size_t p) { return in(h.step[p]); };
-      if (!h.steps_sorted) return gather(h, held_in, 0);
-      const std::int64_t* first = &h.step[base];
-      const std::int64_t* last = first + h.size;
-      lo = static_cast<std::size_t>(std::partition_point(first, last, before) - first);
-      hi = static_cast<std::size_t>(
-          std::partition_point(first, last, [&](std::int64_t st) { return st <= step; }) - first);
-      break;
+      const std::int64_t lower = step_bound(clock.step, w.amount);
+      const std::int64_t* first_step = &h.step[base];
+      const std::int64_t* last_step = first_step + h.size;
+      const auto lo = std::partition_point(first_step, last_step,
+                                           [&](std::int64_t st) { return st <= lower; });
+      const auto hi = std::partition_point(lo, last_step,
+                                           [&](std::int64_t st) { return st <= clock.step; });
+      return {true, first + static_cast<std::uint64_t>(lo - first_step),
+              first + static_cast<std::uint64_t>(hi - first_step)};
     }
     case ir::Unit::seconds: {
       // (now - T, now]; samples taken without a time are in no time window.
-      if (std::isnan(time)) return no_window;
-      auto in = [&](std::size_t p) { return h.time[p] > time - w.amount && h.time[p] <= time; };
-      return gather(h, in, 0);
+      if (std::isnan(clock.time)) return {true, h.pushed, h.pushed};
+      if (!h.times_sorted()) return {};
+      const double lower = clock.time - w.amount;
+      const double* first_time = &h.time[base];
+      const double* last_time = first_time + h.size;
+      const auto lo = std::partition_point(first_time, last_time,
+                                           [&](double t) { return !(t > lower); });
+      const auto hi = std::partition_point(lo, last_time,
+                                           [&](double t) { return t <= clock.time; });
+      return {true, first + static_cast<std::uint64_t>(lo - first_time),
+              first + static_cast<std::uint64_t>(hi - first_time)};
     }
+    case ir::Unit::evals:
+    case ir::Unit::epochs: return {};
+  }
+  return {};
+}
+
+stdlib::Window WindowReader::window(const History& h, const ir::Dur& w, const Clock& clock) {
+  switch (w.unit) {
+    case ir::Unit::steps:
+      if (!h.steps_sorted()) {
+        const std::int64_t lower = step_bound(clock.step, w.amount);
+        return gather(
+            h, [&](std::size_t p) { return h.step[p] > lower && h.step[p] <= clock.step; }, 0);
+      }
+      break;
+    case ir::Unit::seconds:
+      if (std::isnan(clock.time)) return no_window;
+      if (!h.times_sorted()) {
+        const double time = clock.time;
+        auto in = [&](std::size_t p) { return h.time[p] > time - w.amount && h.time[p] <= time; };
+        return gather(h, in, 0);
+      }
+      break;
     case ir::Unit::evals: {
       auto is_eval = [&](std::size_t p) { return h.mode[p] == eval_mode; };
       return gather(h, is_eval, static_cast<std::size_t>(w.amount));
     }
     case ir::Unit::epochs: return no_window;
+    case ir::Unit::samples: break;
   }
-  const std::size_t n = hi > lo ? hi - lo : 0;
+  const Bounds b = bounds(h, w, clock);
+  const std::size_t n = static_cast<std::size_t>(b.hi - b.lo);
   if (n == 0) return no_window;
   if (scratch_.size() < 2 * n) scratch_.resize(2 * n);
-  return {&h.value[base + lo], &h.step[base + lo], n, scratch_.data()};
+  const std::size_t p = h.phys(b.lo);
+  return {&h.value[p], &h.step[p], n, scratch_.data()};
 }
 
 /// Copies the held samples that satisfy `keep`, newest first and at most
@@ -102,6 +133,7 @@ stdlib::Window WindowReader::one(const History& h, std::size_t p) {
 }
 
 stdlib::Window WindowReader::preceding(const History& h, const ir::Dur& w, const Clock& clock) {
+  if (h.size == 0) return no_window;
   const std::int64_t step = clock.step;
   const double time = clock.time;
   // Newest first: the first sample outside the window that `outside` names.
@@ -115,12 +147,24 @@ stdlib::Window WindowReader::preceding(const History& h, const ir::Dur& w, const
       const auto n = static_cast<std::size_t>(w.amount);
       return h.size > n ? one(h, h.at(h.size - 1 - n)) : no_window;
     }
-    case ir::Unit::steps:
-      return newest_where([&](std::size_t p) {
-        return static_cast<double>(h.step[p]) <= static_cast<double>(step) - w.amount;
-      });
+    case ir::Unit::steps: {
+      const std::int64_t lower = step_bound(step, w.amount);
+      if (h.steps_sorted()) {
+        // The window's first sample follows the newest one outside it.
+        const Bounds b = bounds(h, w, clock);
+        return b.lo > h.first_held() ? one(h, h.phys(b.lo - 1)) : no_window;
+      }
+      return newest_where([&](std::size_t p) { return h.step[p] <= lower; });
+    }
     case ir::Unit::seconds:
       if (std::isnan(time)) return no_window;
+      if (h.times_sorted()) {
+        const double* first_time = &h.time[h.at(0)];
+        const auto lo = std::partition_point(first_time, first_time + h.size,
+                                             [&](double t) { return t <= time - w.amount; });
+        return lo > first_time ? one(h, h.at(static_cast<std::size_t>(lo - first_time) - 1))
+                               : no_window;
+      }
       return newest_where([&](std::size_t p) { return h.time[p] <= time - w.amount; });
     case ir::Unit::evals: {
       std::size_t seen = 0;

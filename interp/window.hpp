@@ -10,9 +10,11 @@
 // on the stack (explain) sees exactly what the executor saw.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "interp/plan.hpp"
@@ -38,7 +40,19 @@ inline constexpr std::uint16_t eval_mode = 1;
 struct History {
   std::size_t cap = 0, size = 0, head = 0;  // head: next physical write index
   std::size_t evals = 0;                    // eval-mode samples held
-  bool steps_sorted = true;  // steps never went down (train/eval may interleave otherwise)
+  /// Samples ever put: the i-th oldest held sample is sample number
+  /// pushed - size + i. Running windows (window_state.hpp) name samples by
+  /// these numbers, which survive growth and eviction.
+  std::uint64_t pushed = 0;
+  /// Order of the held samples, kept as counts so that it is a function of
+  /// the held samples alone (a restored history, rebuilt from them, agrees):
+  /// adjacent pairs whose step (time) goes down, and samples without a time.
+  std::size_t step_drops = 0, time_drops = 0, untimed = 0;
+  /// Held steps never go down (train/eval may interleave otherwise).
+  [[nodiscard]] bool steps_sorted() const { return step_drops == 0; }
+  /// Every held sample has a time and times never go down: time windows are
+  /// contiguous spans then.
+  [[nodiscard]] bool times_sorted() const { return time_drops == 0 && untimed == 0; }
   std::vector<double> value, time;
   std::vector<std::int64_t> step;
   std::vector<std::uint16_t> mode;
@@ -46,21 +60,65 @@ struct History {
   /// Grows (or first sizes) the buffer to `c` samples, keeping what it holds.
   void reserve(std::size_t c);
   /// Physical index of the i-th oldest sample held.
-  [[nodiscard]] std::size_t at(std::size_t i) const { return (head + cap - size + i) % cap; }
+  [[nodiscard]] std::size_t at(std::size_t i) const {
+    // head + cap - size + i < 2 cap: one conditional subtraction, no division
+    // (this runs several times per sample on the hot path).
+    const std::size_t p = head + (cap - size) + i;
+    return p >= cap ? p - cap : p;
+  }
   [[nodiscard]] std::size_t newest() const { return at(size - 1); }
   /// Writes a sample over the oldest when full (no retention check: see push).
   void put(double v, std::int64_t s, double t, std::uint16_t m) {
-    if (size > 0 && s < step[newest()]) steps_sorted = false;
+    if (size == cap && size >= 2) {
+      // The oldest is overwritten: its pair with the next one leaves.
+      const std::size_t o = at(0), n = at(1);
+      step_drops -= step[n] < step[o];
+      time_drops -= time[n] < time[o];
+    }
+    if (size == cap && size > 0) untimed -= std::isnan(time[at(0)]);
+    if (size > 0) {
+      step_drops += s < step[newest()];
+      time_drops += t < time[newest()];
+    }
+    untimed += std::isnan(t);
     for (std::size_t p : {head, head + cap}) {
       value[p] = v;
       step[p] = s;
       time[p] = t;
       mode[p] = m;
     }
-    head = (head + 1) % cap;
+    head = head + 1 == cap ? 0 : head + 1;
     if (size < cap) ++size;
+    ++pushed;
+  }
+  /// Sample number of the oldest held sample.
+  [[nodiscard]] std::uint64_t first_held() const { return pushed - size; }
+  /// Physical index of held sample number `k` (first_held() <= k < pushed).
+  [[nodiscard]] std::size_t phys(std::uint64_t k) const {
+    return at(static_cast<std::size_t>(k - first_held()));
   }
 };
+
+/// What a history starts with: room for a few samples, not for the longest
+/// window (`max(x[10000000])` over one sample must not reserve 10 M); push()
+/// doubles it while the window still needs the oldest sample.
+inline std::size_t initial_capacity(std::size_t wanted) {
+  return std::clamp<std::size_t>(wanted, 2, 64);
+}
+
+/// The step bound of a step window: sample steps `st` with st > bound lie
+/// within `amount` steps of `step`. Integer arithmetic: steps can be
+/// nanosecond timestamps (1.7e18), where a double has a 256-step
+/// granularity. Saturates instead of overflowing.
+inline std::int64_t step_bound(std::int64_t step, double amount) {
+  // A step is an integer, so `st > step - amount` is `st > step - ceil(amount)`.
+  const double a = std::ceil(amount);
+  if (!(a < 9.2e18)) return std::numeric_limits<std::int64_t>::min();
+  std::int64_t out;
+  if (__builtin_sub_overflow(step, static_cast<std::int64_t>(a), &out))
+    return std::numeric_limits<std::int64_t>::min();
+  return out;
+}
 
 namespace window_detail {
 
@@ -84,19 +142,19 @@ inline bool still_needed(const History& h, const Retention& need, const Clock& c
     // A later observation of another mode may have a lower step than this
     // one, so step windows keep what the lowest current step of any mode
     // seen so far could still reach.
-    const double bound = static_cast<double>(clock.low_step) - need.steps;
-    auto outside = [&](std::size_t p) { return static_cast<double>(h.step[p]) <= bound; };
+    const std::int64_t bound = step_bound(clock.low_step, need.steps);
+    auto outside = [&](std::size_t p) { return h.step[p] <= bound; };
     if (!outside(oldest)) return true;
     // `before` needs the newest sample outside the window: the oldest
     // stays until a newer one is outside too.
-    if (need.preceding_steps && !newer_outside(h, h.steps_sorted, outside)) return true;
+    if (need.preceding_steps && !newer_outside(h, h.steps_sorted(), outside)) return true;
   }
   if (need.seconds > 0) {
     // Samples without a time are in no time window and never `before` one.
     const double bound = clock.last_time - need.seconds;
     if (h.time[oldest] > bound) return true;
     if (need.preceding_seconds && !std::isnan(h.time[oldest]) &&
-        !newer_outside(h, false, [&](std::size_t p) { return h.time[p] <= bound; }))
+        !newer_outside(h, h.times_sorted(), [&](std::size_t p) { return h.time[p] <= bound; }))
       return true;
   }
   if (need.evals > 0 && h.mode[oldest] == eval_mode && h.evals <= need.evals) return true;
@@ -139,6 +197,16 @@ class WindowReader {
                       const Clock& clock) {
     return fn.preceding ? preceding(h, w, clock) : window(h, w, clock);
   }
+
+  /// The window of `h` for `w` at `clock` as sample numbers [lo, hi)
+  /// (History::pushed), when it is a contiguous run of held samples: sample
+  /// windows, step windows over sorted steps, time windows over sorted times.
+  /// `contiguous` false: the window must be gathered (window() does).
+  struct Bounds {
+    bool contiguous = false;
+    std::uint64_t lo = 0, hi = 0;
+  };
+  static Bounds bounds(const History& h, const ir::Dur& w, const Clock& clock);
 
  private:
   template <class Keep>

@@ -315,3 +315,43 @@ TEST(Alloc, SteadyStateParameterisedTensorStatsDoNotAllocate) {
 }
 
 }  // namespace
+
+// Every running window kind (interp/window_state.hpp) over windows of
+// samples, steps and seconds and over an expression: once the windows have
+// been full for a while (their deques, order-statistic pools and exact sums
+// at their largest), sliding them allocates nothing.
+constexpr const char* running_rules = R"(
+rule r_sum: when sum(loss[200]) > 120 do log
+rule r_mean: when mean(loss[300 steps]) > 0.6 do log
+rule r_minmax: when max(loss[250]) - min(loss[250s]) < 0.9 do log
+rule r_count: when count((loss > 0.9)[200]) > 30 do log
+rule r_var: when std(loss[200]) > 0.3 or var(loss[100 steps]) > 0.1 do log
+rule r_median: when loss > 1.8 * median(loss[300]) do log
+rule r_quantile: when loss > quantile(loss[200s], 0.99) do log
+rule r_delta: when delta(loss[50]) > 0.9 or rel_change(loss[60 steps]) > 50 do log
+rule r_slope: when slope(loss[300 steps]) > 0.001 do log
+rule r_changes: when changes(lr[100]) > 3 or any_nan(loss[100]) do log
+rule r_outlier: when zscore(loss[200]) > 2.5 or iqr_outlier(loss[150], 1.5) do log
+rule r_expr: when mean((loss * lr)[150]) > 0.4 do log
+)";
+
+TEST(Alloc, SteadyStateRunningWindowsDoNotAllocate) {
+  Fixture f(running_rules, {"loss", "lr"});
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<std::vector<vigil::Sample>> obs(4000);
+  for (std::size_t i = 0; i < obs.size(); ++i)
+    obs[i] = {{f.ids[0], i % 5 == 0 ? 0.5 : u(rng)}, {f.ids[1], (i / 300) % 2 ? 0.1 : 0.2}};
+  std::uint64_t firings = 0;
+  auto run = [&](std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i)
+      firings += f.engine.observe(static_cast<std::int64_t>(i), obs[i],
+                                  {.mode = "train", .time = 1000.0 + static_cast<double>(i)})
+                     .size();
+  };
+  run(0, 3000);
+  firings = 0;
+  const auto n = allocations_in([&] { run(3000, 4000); });
+  EXPECT_EQ(n, 0u) << "observe() allocated " << n << " times in 1000 observations after warm-up";
+  EXPECT_GT(firings, 10u);
+}
