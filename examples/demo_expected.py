@@ -146,7 +146,7 @@ def run(trace, spike_k):
     for r in table:
         db.update({name: Series() for name in r["reads"]})
         state[r["name"]] = dict(opportunities=0, last_eval_step=None, run=0, first=None,
-                                fired=False, last_fire_step=None, evals_since_fire=0)
+                                fired=False, ever_fired=False, last_fire_step=None, evals_since_fire=0)
     firings = []
     with open(trace) as f:
         for line in f:
@@ -184,10 +184,14 @@ def run(trace, spike_k):
                     st["first"] = step
                 if r["for_"] and st["run"] < r["for_"][1]:
                     continue
-                if st["fired"]:
-                    if not r["cooldown"] or st["evals_since_fire"] < r["cooldown"][1]:
+                # Edge-triggered; a cooldown also holds across runs (SPEC §2): nothing
+                # fires within it after the last firing, re-fire or new run alike.
+                if r["cooldown"] and st["ever_fired"]:
+                    if st["evals_since_fire"] < r["cooldown"][1]:
                         continue
-                st.update(fired=True, evals_since_fire=0)
+                elif st["fired"]:
+                    continue
+                st.update(fired=True, ever_fired=True, evals_since_fire=0)
                 firings.append({"rule": r["name"], "step": step, "mode": mode,
                                 "severity": r["severity"], "labels": {}, "value": value,
                                 "actions": r["actions"], "pending_since": st["first"]})

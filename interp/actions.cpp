@@ -4,6 +4,8 @@
 // dispatch() runs every rule has been evaluated.
 #include <fmt/format.h>
 
+#include <exception>
+
 #include "interp/engine_impl.hpp"
 
 namespace vigil {
@@ -51,9 +53,21 @@ void Engine::Impl::dispatch() {
     bool& flag;
     ~Reset() { flag = false; }
   } reset{dispatching};
+  // A callback that throws must not cost the other actions of the
+  // observation their call (a failing `alert` webhook must not keep another
+  // rule's `stop` or `checkpoint` from running): every action is dispatched,
+  // then the first exception is rethrown (engine.hpp, observe()).
+  std::exception_ptr first_error;
   for (const auto& f : firings)
     for (const auto& a : *f.actions)
-      if (auto it = callbacks.find(a.name); it != callbacks.end() && it->second) it->second(f, a);
+      if (auto it = callbacks.find(a.name); it != callbacks.end() && it->second) {
+        try {
+          it->second(f, a);
+        } catch (...) {
+          if (!first_error) first_error = std::current_exception();
+        }
+      }
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 }  // namespace vigil

@@ -83,6 +83,22 @@ double since_last_fire(ir::Unit unit, const ElemState& e, const RuleClock& c) {
   return nan;
 }
 
+/// Whether an element whose run meets `for` fires now (SPEC §2). Without
+/// `cooldown`: edge-triggered, once per run. With it: at any evaluation at
+/// least the cooldown past the last firing, whether it re-fires the current
+/// run or is the first firing of a new one; nothing fires inside the
+/// cooldown. A distance that cannot be measured (a time or epoch cooldown
+/// where the firing or this evaluation had no time or epoch) is not inside
+/// the cooldown, but cannot re-fire a run either: the rule is then
+/// edge-triggered, as without `cooldown`.
+bool may_fire(const ir::Rule& r, const ElemState& e, const RuleClock& c) {
+  if (!r.cooldown) return !e.fired;
+  if (e.last_fire_eval == 0) return true;  // never fired
+  const double since = since_last_fire(r.cooldown->unit, e, c);
+  if (std::isnan(since)) return !e.fired;
+  return since >= r.cooldown->amount;
+}
+
 /// The `for` clause holds for the element's current run.
 bool satisfied(const ir::Rule& r, const ElemState& e, const RuleClock& c) {
   if (!r.for_) return true;
@@ -151,10 +167,7 @@ void advance_rule(const PlanRule& pr, RuleState& rs, const Column& root, const R
     }
     e.recent[(e.run - 1) % 8] = clock.step;
     if (!satisfied(r, e, clock)) continue;
-    bool fire = !e.fired;
-    if (!fire && r.cooldown)
-      fire = since_last_fire(r.cooldown->unit, e, clock) >= r.cooldown->amount;
-    if (!fire) continue;
+    if (!may_fire(r, e, clock)) continue;
     // Escalation: count this firing's chain of earlier firings, each
     // within the clause's span of the next (measured before updating
     // last_fire), and take the last clause whose count is reached.

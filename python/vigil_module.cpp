@@ -390,16 +390,18 @@ struct EngineObj {
     auto ref = std::make_shared<PyRef>(std::move(fn));
     engine->on(action, [this, ref](const vigil::Firing& f, const vigil::Action& a) {
       py::gil_scoped_acquire gil;
-      // After one callback raised, the rest of this observation's callbacks are
-      // skipped; the engine itself still completes the observation.
-      if (callback_error) return;
+      // Every callback of the observation runs even after one raised (as the
+      // C++ engine dispatches, engine.hpp): the first exception is held and
+      // raised from observe(), later ones are dropped.
       try {
         ref->fn(copy_firing(f, this, generation), ActionObj{a});
       } catch (py::error_already_set& e) {
-        callback_error.emplace(std::move(e));
+        if (!callback_error) callback_error.emplace(std::move(e));
       } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-        callback_error.emplace();
+        if (!callback_error) {
+          PyErr_SetString(PyExc_RuntimeError, e.what());
+          callback_error.emplace();
+        }
       }
     });
   }

@@ -270,6 +270,44 @@ double s_steps_since_best(DetectorState& st, double x, std::span<const double> c
   ++st.n;
   return static_cast<double>(st.k);
 }
+// PyTorch's ReduceLROnPlateau.step(), decision part only (the LR change is
+// the reduce_lr action's): s[0] = best, s[1] = num_bad_epochs, s[2] =
+// cooldown_counter; n = 0 until the first sample sets best to its initial
+// +-inf. c = {mode (0 min, 1 max), threshold, threshold_mode (0 rel, 1 abs),
+// patience, cooldown}. Returns num_bad_epochs as PyTorch compares it with
+// patience (after the cooldown has zeroed it), and resets it when it exceeds
+// patience, as a reduction does. Every operation is the same IEEE double
+// operation as PyTorch's Python floats, so the boundaries agree exactly
+// (a == best * (1 - threshold) is not better). NaN is a bad evaluation, as
+// there (NaN < x is false): this kernel does not skip NaN like the others.
+bool plateau_better(double a, double best, std::span<const double> c) {
+  const bool min = c[0] == 0, rel = c[2] == 0;
+  const double threshold = c[1];
+  if (min && rel) return a < best * (1. - threshold);
+  if (min) return a < best - threshold;
+  if (rel) return a > best * (threshold + 1.);
+  return a > best + threshold;
+}
+double s_plateau_bad_evals(DetectorState& st, double x, std::span<const double> c) {
+  if (st.n++ == 0) st.s[0] = c[0] == 0 ? inf : -inf;
+  if (plateau_better(x, st.s[0], c)) {
+    st.s[0] = x;
+    st.s[1] = 0;
+  } else {
+    st.s[1] += 1;
+  }
+  if (st.s[2] > 0) {  // in cooldown
+    st.s[2] -= 1;
+    st.s[1] = 0;
+  }
+  const double bad = st.s[1];
+  if (bad > c[3]) {  // PyTorch reduces here
+    st.s[2] = c[4];
+    st.s[1] = 0;
+  }
+  return bad;
+}
+
 // Running mean/variance of the samples before the current one: s[1] mean,
 // s[2] M2, n count.
 void welford(DetectorState& st, double x) {
@@ -529,6 +567,17 @@ std::vector<FunctionDef> make_defs() {
                  "samples since the last improvement of at least min_delta (0 when improving)",
                  "steps_since_best(val_loss, 0.001, \"min\") >= 5",
                  "0 at the 1st sample; can reach N after N+1 samples"));
+  d.push_back(sf("plateau_bad_evals",
+                 {num("x"), mode, non_negative("threshold"), {"threshold_mode", T::string, true, "rel|abs"},
+                  non_negative("patience"), non_negative("cooldown")},
+                 s_plateau_bad_evals,
+                 "PyTorch ReduceLROnPlateau's num_bad_epochs at this sample: evaluations without "
+                 "an improvement beyond threshold (\"rel\": a < best * (1 - threshold) in mode "
+                 "\"min\", a > best * (1 + threshold) in \"max\"; \"abs\": best -/+ threshold), "
+                 "0 for `cooldown` samples after it exceeded patience; it exceeds patience exactly "
+                 "where PyTorch reduces the LR, and restarts from 0 there",
+                 "plateau_bad_evals(val_loss, \"min\", 1e-4, \"rel\", 10, 0) > 10",
+                 "defined from the 1st sample"));
   d.push_back(sf("ewma_chart", {num("x"), weight("lambda"), positive("L")}, s_ewma_chart,
                  "EWMA control chart: true when the EWMA leaves mean +- L*sigma_ewma of the prior "
                  "samples",

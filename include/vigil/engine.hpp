@@ -18,7 +18,9 @@
 // counted in `stats().out_of_order` and the observation is ignored. Exceptions
 // (vigil::Error) are only for misuse of the API: observing while an action is
 // unbound (policy error), bad params, malformed state bytes, calling observe()
-// from inside an action callback.
+// from inside an action callback. An exception thrown by an action callback
+// reaches the host from observe(), after every other action has run (see
+// observe()).
 #pragma once
 
 #include <cmath>
@@ -173,6 +175,14 @@ class Engine {
   /// Feeds one observation: the samples taken at `step`. Evaluates every
   /// rule whose inputs changed, dispatches callbacks in rule order, and
   /// returns the firings (valid until the next observe/restore).
+  ///
+  /// A callback that throws does not stop dispatch: every other action of
+  /// every firing of this observation is still called, in order, and then
+  /// the first exception is rethrown from observe() (later ones are
+  /// dropped). By then the observation is complete: rule state, windows and
+  /// stats() (firings included) have advanced exactly as without the
+  /// exception, so the host must not feed the observation again; the next
+  /// observe() continues normally.
   std::span<const Firing> observe(std::int64_t step, std::span<const Sample> samples,
                                   const ObserveOptions& options = {});
   /// With tensors: the stats that some rule reads (`grad_norm`, `grad_frac_nan`,

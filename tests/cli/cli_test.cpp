@@ -71,6 +71,30 @@ TEST(Check, SyntaxErrorExitsTwoWithPositionedDiagnostic) {
   EXPECT_THAT(r.err, HasSubstr(": error: "));
 }
 
+// `check --strict` (promtool's --lint-fatal): warnings become errors, exit 2.
+TEST(Check, WarningsExitZeroWithoutStrict) {
+  const auto r = rulecheck("check let_typo.rules");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("let_typo.rules:3:14: warning: 'smoothd' is read as a series, "
+                               "not a declared name; did you mean 'smoothed'?"));
+}
+
+TEST(Check, StrictTurnsTheTypodLetWarningIntoAnErrorExitTwo) {
+  const auto r = rulecheck("check --strict let_typo.rules");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("let_typo.rules:3:14: error: 'smoothd' is read as a series, "
+                               "not a declared name [--strict]; did you mean 'smoothed'?"));
+  EXPECT_THAT(r.err, Not(HasSubstr("warning:")));
+  EXPECT_THAT(r.err, HasSubstr("1 warning treated as error (--strict)"));
+}
+
+TEST(Check, StrictOnACleanFileStillExitsZeroQuietly) {
+  const auto r = rulecheck("check --strict basic.rules");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+}
+
 TEST(Run, JsonFieldsFieldForField) {
   const auto r = rulecheck("run basic.rules --trace basic.jsonl --format json");
   ASSERT_EQ(r.status, 1) << r.err;

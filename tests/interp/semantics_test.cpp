@@ -169,8 +169,8 @@ TEST(Edge, TrueTrueFalseTrueFiresTwice) {
 
 TEST(Cooldown, SamplesRefiresEveryNEvaluations) {
   // Fires at 1; distance counts this element's evaluations since the firing:
-  // step 2 -> 1, step 3 -> 2 (fire), 5 (fire); a false at 6 ends the run and the
-  // next true (7) fires at once.
+  // step 2 -> 1, step 3 -> 2 (fire), 5 (fire); a false at 6 ends the run, and
+  // the new run's first true (7) is 2 evaluations after the firing at 5: fires.
   auto fired = run("rule r: when x > 1 cooldown 2 samples do log", series_x({2, 2, 2, 2, 2, 0, 2, 2}));
   EXPECT_EQ(steps(fired), (std::vector<std::int64_t>{1, 3, 5, 7}));
 }
@@ -186,6 +186,16 @@ TEST(Cooldown, StepsWithForRefiresOnlyAfterDistance) {
   ASSERT_EQ(fired.size(), 4u);
   EXPECT_EQ(fired[1].pending_since, 0);
   EXPECT_EQ(fired[3].pending_since, 9);
+}
+
+TEST(Cooldown, HoldsAcrossRuns) {
+  // SPEC §2's example: a new run inside the cooldown waits for its end
+  // (steps 1..8: 1 fires; the run from 3 fires at 6 = 1 + 5; the run at 8 is
+  // inside the cooldown of 6).
+  auto fired = run("rule r: when x > 0 cooldown 5 steps do log", series_x({1, 0, 1, 1, 1, 1, 0, 1}));
+  EXPECT_EQ(steps(fired), (std::vector<std::int64_t>{1, 6}));
+  ASSERT_EQ(fired.size(), 2u);
+  EXPECT_EQ(fired[1].pending_since, 3);
 }
 
 TEST(Cooldown, StepsMeasuredOnStepNumbersWithGaps) {

@@ -304,6 +304,31 @@ def test_callback_exception_propagates_and_state_stays_consistent():
     assert eng.stats.observations == 11
 
 
+def test_a_raising_callback_does_not_swallow_the_other_actions():
+    # A failing alert of one rule must not keep another rule's stop (or its own second action)
+    # from being called; observe() raises the first exception after all of them ran.
+    prog = vigil.compile("rule a: when loss > 1 do alert(message = \"x\"), log\n"
+                         "rule b: when loss > 2 do alert(message = \"y\")\n"
+                         "rule c: when loss > 3 do stop(reason = \"z\")\n")
+    eng = vigil.Engine(prog)
+    calls = []
+
+    def alert(f, a):
+        calls.append(("alert", f.rule))
+        raise RuntimeError(f"webhook down for {f.rule}")
+
+    eng.on("alert", alert)
+    eng.on("log", lambda f, a: calls.append(("log", f.rule)))
+    eng.on("stop", lambda f, a: calls.append(("stop", f.rule)))
+    with pytest.raises(RuntimeError, match="webhook down for a"):
+        eng.observe(1, {"loss": 5.0})
+    assert calls == [("alert", "a"), ("log", "a"), ("alert", "b"), ("stop", "c")]
+    assert eng.stats.firings == 3
+    calls.clear()
+    assert eng.observe(2, {"loss": 0.0}) == []  # the engine goes on; the runs end
+    assert calls == [] and eng.stats.observations == 2
+
+
 def test_callback_may_not_reenter_the_engine():
     eng = vigil.Engine(vigil.compile("rule big: when loss > 1 do log"))
     eng.on("log", lambda f, a: eng.observe(f.step + 1, {"loss": 0.0}))

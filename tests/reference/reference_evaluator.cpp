@@ -654,6 +654,7 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
   for (const auto& [labels, e] : cond.elems) {
     if (!e.fresh) continue;  // stale elements keep their state
     ElemState& st = rule.elems[labels];
+    ++st.evals_since_fire;  // counts false evaluations too: cooldown spans runs
     if (!e.truth) {
       st.run = 0;
       st.fired = false;
@@ -679,23 +680,27 @@ void Evaluator::run_rule(Rule& rule, std::vector<Firing>& out) {
         default: satisfied = static_cast<double>(st.run) >= rule.for_->amount;
       }
     }
-    if (st.fired) ++st.evals_since_fire;
     if (!satisfied) continue;
-    bool fire = false;
-    if (!st.fired) {
-      fire = true;
-    } else if (rule.cooldown) {
+    // SPEC §2: without cooldown, once per run. With it, nothing fires within
+    // the cooldown after the element's last firing (same run or a new one);
+    // at or past its end, a run meeting `for` fires. An unmeasurable
+    // distance (NaN time or epoch) is neither inside nor past the cooldown:
+    // the rule is then edge-triggered.
+    bool fire = !st.fired;
+    if (rule.cooldown && st.ever_fired) {
+      double distance = 0;
       switch (rule.cooldown->unit) {
-        case ast::DurUnit::steps:
-          fire = static_cast<double>(step_ - st.last_fire_step) >= rule.cooldown->amount;
-          break;
-        case ast::DurUnit::seconds: fire = now_ - st.last_fire_time >= rule.cooldown->amount; break;
-        case ast::DurUnit::epochs: fire = epoch() - st.last_fire_epoch >= rule.cooldown->amount; break;
-        default: fire = static_cast<double>(st.evals_since_fire) >= rule.cooldown->amount;
+        case ast::DurUnit::steps: distance = static_cast<double>(step_ - st.last_fire_step); break;
+        case ast::DurUnit::seconds: distance = now_ - st.last_fire_time; break;
+        case ast::DurUnit::epochs: distance = epoch() - st.last_fire_epoch; break;
+        default: distance = static_cast<double>(st.evals_since_fire);
       }
+      if (distance >= rule.cooldown->amount) fire = true;        // past the cooldown
+      else if (distance < rule.cooldown->amount) fire = false;   // inside it
     }
     if (!fire) continue;
     st.fired = true;
+    st.ever_fired = true;
     st.last_fire_step = step_;
     st.last_fire_time = now_;
     st.last_fire_epoch = epoch();

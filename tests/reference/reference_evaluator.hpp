@@ -122,8 +122,11 @@ class Evaluator {
     std::int64_t first_step = 0;
     double first_time = 0, first_epoch = 0;
     double last_fire_time = 0, last_fire_epoch = 0;
-    bool fired = false;
+    bool fired = false;  // the current run has fired (edge triggering)
+    bool ever_fired = false;  // some run has: the cooldown after it applies
     std::int64_t last_fire_step = 0;
+    // Evaluations of the element (true or false) since its last firing: the
+    // distance of a `cooldown N samples|evals`.
     std::int64_t evals_since_fire = 0;
   };
   struct Rule {

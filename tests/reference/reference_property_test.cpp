@@ -603,6 +603,14 @@ TEST(ReferenceSelf, ForCooldownAndEdge) {
   EXPECT_EQ(steps_of(run_reference_text("rule r: when a > 1 for 2 samples cooldown 3 steps do log",
                                         scalar_trace({2, 2, 2, 2, 2, 2, 2, 2, 0, 2, 2}, 0))),
             (std::vector<std::int64_t>{1, 4, 7, 10}));
+  // SPEC §2: the cooldown also holds across runs (steps 1..8).
+  EXPECT_EQ(steps_of(run_reference_text("rule r: when a > 0 cooldown 5 steps do log",
+                                        scalar_trace({1, 0, 1, 1, 1, 1, 0, 1}))),
+            (std::vector<std::int64_t>{1, 6}));
+  // Evaluation cooldowns count false evaluations too.
+  EXPECT_EQ(steps_of(run_reference_text("rule r: when a > 0 cooldown 3 samples do log",
+                                        scalar_trace({1, 0, 1, 1, 1, 1, 1}))),
+            (std::vector<std::int64_t>{1, 4, 7}));
   EXPECT_EQ(steps_of(run_reference_text("rule r: when a > 0 every 2 samples after 1 samples "
                                         "cooldown 1 samples do log",
                                         scalar_trace({1, 1, 1, 1, 1, 1}))),

@@ -84,7 +84,9 @@ struct ConvertOptions {
   std::string step_column;
 };
 
-int run_check(const std::vector<std::string>& rules, const std::vector<std::string>& import_paths);
+/// `strict`: warnings are errors (exit status 2), docs/rulecheck.md.
+int run_check(const std::vector<std::string>& rules, const std::vector<std::string>& import_paths,
+              bool strict = false);
 /// Exit status like run: 0 nothing fired, 1 some rule fired, 2 an error.
 int run_report(const ReportOptions& opts);
 int run_run(const RunOptions& opts);

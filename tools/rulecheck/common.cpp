@@ -27,10 +27,24 @@ ErrCapture::~ErrCapture() { err_capture = previous_; }
 
 // Compiles and prints every diagnostic (warnings included) to stderr.
 std::optional<vigil::Program> compile(const std::vector<std::string>& paths,
-                                      const vigil::CompileOptions& options) {
+                                      const vigil::CompileOptions& options, bool strict) {
   vigil::CompileResult result = vigil::compile_files(paths, options);
+  std::size_t promoted = 0;
+  if (strict) {
+    // -Werror style: the warning is reported as what it now is, an error,
+    // with a mark saying why, so the output and the exit status agree.
+    for (auto& d : result.diagnostics) {
+      if (d.level != vigil::DiagLevel::warning) continue;
+      d.level = vigil::DiagLevel::error;
+      d.message += " [--strict]";
+      ++promoted;
+    }
+  }
   print_err(result.format_diagnostics());
-  if (!result.ok()) return std::nullopt;
+  if (promoted > 0)
+    print_err(fmt::format("rulecheck: {} warning{} treated as error{} (--strict)\n", promoted,
+                          promoted == 1 ? "" : "s", promoted == 1 ? "" : "s"));
+  if (!result.ok() || promoted > 0) return std::nullopt;
   return std::move(*result.program);
 }
 

@@ -41,8 +41,11 @@ class ErrCapture {
 };
 
 /// Compiles and prints every diagnostic (warnings included) to stderr.
+/// `strict` (`rulecheck check --strict`, like promtool's --lint-fatal): every
+/// warning is printed as an error (its code tagged "[--strict]") and makes
+/// the compilation fail; notes stay notes.
 std::optional<vigil::Program> compile(const std::vector<std::string>& paths,
-                                      const vigil::CompileOptions& options);
+                                      const vigil::CompileOptions& options, bool strict = false);
 
 /// The opening run, report and watch share: parses `--param k=v` and
 /// `--alias NEW=OLD` values, then compiles `rules` with them (and the

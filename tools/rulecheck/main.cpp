@@ -1,6 +1,6 @@
 // rulecheck: check rule files and dry-run them over recorded traces (SPEC §5).
 //
-//   rulecheck check RULES... [--import-path DIR]...
+//   rulecheck check RULES... [--import-path DIR]... [--strict]
 //   rulecheck test TESTFILES... [--strict]
 //   rulecheck run RULES... --trace PATH... [--format text|json] [--param k=v]...
 //                 [--explain] [--from STEP] [--to STEP] [--keep-going]
@@ -103,6 +103,9 @@ int main(int argc, char** argv) {
   check->add_option("--import-path", check_import_paths, import_help)
       ->allow_extra_args(false)
       ->check(CLI::ExistingDirectory);
+  bool check_strict = false;
+  check->add_flag("--strict", check_strict,
+                  "treat warnings as errors (exit status 2), like promtool's --lint-fatal");
 
   RunOptions run_opts;
   auto* run = app.add_subcommand("run", "dry-run rules over recorded traces");
@@ -242,7 +245,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*check) return run_check(check_rules, check_import_paths);
+    if (*check) return run_check(check_rules, check_import_paths, check_strict);
     if (*run) return run_run(run_opts);
     if (*test) return run_test(test_opts);
     if (*watch) return run_watch(watch_opts);

@@ -236,10 +236,11 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
 
 }  // namespace
 
-int run_check(const std::vector<std::string>& rules, const std::vector<std::string>& import_paths) {
+int run_check(const std::vector<std::string>& rules, const std::vector<std::string>& import_paths,
+              bool strict) {
   vigil::CompileOptions options;
   options.import_paths = import_paths;
-  return compile(rules, options) ? exit_ok : exit_error;
+  return compile(rules, options, strict) ? exit_ok : exit_error;
 }
 
 int run_run(const RunOptions& opts) {
