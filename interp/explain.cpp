@@ -5,6 +5,8 @@
 // executor's scratch or any state.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "interp/engine_impl.hpp"
 
 namespace vigil {
@@ -26,6 +28,44 @@ std::string window_text(const History& h, const PlanNode& n, const interp::Clock
   for (std::size_t i = from; i < w.n; ++i)
     vals += fmt::format("{}{}@{}", i > from ? " " : "", w.values[i], w.steps[i]);
   return fmt::format("{} samples [{}]", w.n, vals);
+}
+
+/// The comparison that decided element `label` of rule `pr`, as an index into
+/// pr.decisions, or -1: the walk of interp::firing_value (rule_state.cpp), which
+/// takes the firing's value from the same comparison's left-hand side.
+std::int32_t deciding_comparison(const interp::PlanRule& pr, const interp::Executor& exec,
+                                 std::uint32_t label, std::int32_t at) {
+  using Kind = interp::Decision::Kind;
+  if (at < 0 || static_cast<std::size_t>(at) >= pr.decisions.size()) return -1;
+  const auto& d = pr.decisions[static_cast<std::size_t>(at)];
+  auto holds = [&](std::int32_t k) {
+    auto v = exec.element(pr.decisions[static_cast<std::size_t>(k)].node, label);
+    return v && *v != 0 && !std::isnan(*v);
+  };
+  switch (d.kind) {
+    case Kind::comparison: return at;
+    case Kind::and_: return deciding_comparison(pr, exec, label, d.a);
+    case Kind::or_:
+      return deciding_comparison(pr, exec, label, !holds(d.a) && holds(d.b) ? d.b : d.a);
+    case Kind::fallback:
+      return deciding_comparison(
+          pr, exec, label,
+          exec.column(pr.decisions[static_cast<std::size_t>(d.a)].node).values.empty() ? d.b : d.a);
+    case Kind::none: break;
+  }
+  return -1;
+}
+
+const char* comparison_symbol(ir::Op op) {
+  switch (op) {
+    case ir::Op::lt: return "<";
+    case ir::Op::le: return "<=";
+    case ir::Op::gt: return ">";
+    case ir::Op::ge: return ">=";
+    case ir::Op::eq: return "==";
+    case ir::Op::ne: return "!=";
+    default: return "?";
+  }
 }
 
 }  // namespace
@@ -100,6 +140,28 @@ std::string Engine::Impl::explain(const Firing& f) const {
       if (labelsets[i].get() == f.labels) return i;
     return 0u;
   }();
+  // Both sides of the deciding comparison as computed at this observation: the
+  // value a firing reports is only the left-hand side, and a user must also see
+  // what it was compared with (the median, the best, the patience...).
+  if (const std::int32_t at = deciding_comparison(pr, state.exec, label, 0); at >= 0) {
+    const PlanNode& cmp = plan->nodes[pr.decisions[static_cast<std::size_t>(at)].node];
+    if (cmp.inputs.size() == 2) {
+      auto side = [&](std::uint32_t id) {
+        const PlanNode& n = plan->nodes[id];
+        const auto& text = src[n.file].text;
+        std::string_view expr =
+            n.range.end <= text.size() && n.range.end > n.range.begin
+                ? std::string_view(text).substr(n.range.begin, n.range.end - n.range.begin)
+                : std::string_view{};
+        const auto v = state.exec.element(id, label);
+        const std::string value = v ? fmt::format("{}", *v) : std::string("(no value)");
+        if (n.op == ir::Op::constant || expr.empty() || expr == value) return value;
+        return fmt::format("{} = {}", expr, value);
+      };
+      out += fmt::format("    decided by: {} {} {}\n", side(cmp.inputs[0]), comparison_symbol(cmp.op),
+                         side(cmp.inputs[1]));
+    }
+  }
   if (label < rs.elems.size()) {
     const auto& e = rs.elems[label];
     std::string steps;
