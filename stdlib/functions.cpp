@@ -9,6 +9,8 @@
 // (window.cpp) or rule state.
 #include "stdlib/functions.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -308,6 +310,10 @@ double s_plateau_bad_evals(DetectorState& st, double x, std::span<const double> 
   return bad;
 }
 
+std::string d_steps_since_best(const DetectorState& st, std::span<const double> c) {
+  return fmt::format("best = {:.6g}, {} sample{} since an improvement of more than {:.6g}", st.s[0],
+                     st.k, st.k == 1 ? "" : "s", std::abs(c[0]));
+}
 // Running mean/variance of the samples before the current one: s[1] mean,
 // s[2] M2, n count.
 void welford(DetectorState& st, double x) {
@@ -320,6 +326,8 @@ double prior_sigma(const DetectorState& st) {
   return std::sqrt(st.s[2] / static_cast<double>(st.n));
 }
 // EWMA control chart: s[0] = z, k = number of EWMA updates. c = {lambda, L}.
+// s[3] and s[4] keep the centre (prior mean) and half-width of the last limits
+// for d_ewma_chart: the prior mean is gone once welford() takes in x.
 double s_ewma_chart(DetectorState& st, double x, std::span<const double> c) {
   if (std::isnan(x)) return nan;
   const double lambda = c[0], L = c[1];
@@ -334,10 +342,18 @@ double s_ewma_chart(DetectorState& st, double x, std::span<const double> c) {
       double width = L * prior_sigma(st) *
                      std::sqrt(lambda / (2 - lambda) * (1 - std::pow(1 - lambda, 2 * t)));
       out = std::abs(st.s[0] - st.s[1]) > width ? 1 : 0;
+      st.s[3] = st.s[1];
+      st.s[4] = width;
     }
   }
   welford(st, x);
   return out;
+}
+std::string d_ewma_chart(const DetectorState& st, std::span<const double> c) {
+  if (st.n < 3) return fmt::format("EWMA = {:.6g}, no control limits before the 3rd sample", st.s[0]);
+  return fmt::format("EWMA = {:.6g}, control limits mean +- L*sigma_ewma = {:.6g} +- {:.6g} = "
+                     "[{:.6g}, {:.6g}] (L = {:.6g})",
+                     st.s[0], st.s[3], st.s[4], st.s[3] - st.s[4], st.s[3] + st.s[4], c[1]);
 }
 // Tabular CUSUM on the sample standardised by the prior mean/sigma:
 // s[3] = S+, s[4] = S-. c = {k, h}.
@@ -353,6 +369,12 @@ double s_cusum(DetectorState& st, double x, std::span<const double> c) {
   welford(st, x);
   return out;
 }
+std::string d_cusum(const DetectorState& st, std::span<const double> c) {
+  if (st.n < 3) return "no statistic before the 3rd sample";
+  return fmt::format("S+ = {:.6g}, S- = {:.6g} (prior standard deviations, slack k = {:.6g}), "
+                     "threshold h = {:.6g}",
+                     st.s[3], st.s[4], c[0], c[1]);
+}
 // Page-Hinkley test for an increase in the mean: s[3] = m_t, s[4] = min m_t.
 // c = {delta, lambda}.
 double s_page_hinkley(DetectorState& st, double x, std::span<const double> c) {
@@ -361,6 +383,9 @@ double s_page_hinkley(DetectorState& st, double x, std::span<const double> c) {
   st.s[3] += x - st.s[1] - c[0];
   st.s[4] = st.n == 1 ? st.s[3] : std::min(st.s[4], st.s[3]);
   return st.s[3] - st.s[4] > c[1] ? 1 : 0;
+}
+std::string d_page_hinkley(const DetectorState& st, std::span<const double> c) {
+  return fmt::format("m_t - min m = {:.6g}, threshold lambda = {:.6g}", st.s[3] - st.s[4], c[1]);
 }
 
 using T = ArgType;
@@ -567,6 +592,7 @@ std::vector<FunctionDef> make_defs() {
                  "samples since the last improvement of at least min_delta (0 when improving)",
                  "steps_since_best(val_loss, 0.001, \"min\") >= 5",
                  "0 at the 1st sample; can reach N after N+1 samples"));
+  d.back().describe = d_steps_since_best;
   d.push_back(sf("plateau_bad_evals",
                  {num("x"), mode, non_negative("threshold"), {"threshold_mode", T::string, true, "rel|abs"},
                   non_negative("patience"), non_negative("cooldown")},
@@ -582,12 +608,15 @@ std::vector<FunctionDef> make_defs() {
                  "EWMA control chart: true when the EWMA leaves mean +- L*sigma_ewma of the prior "
                  "samples",
                  "ewma_chart(loss, 0.2, 3)", "can be true from the 3rd sample", T::boolean));
+  d.back().describe = d_ewma_chart;
   d.push_back(sf("cusum", {num("x"), non_negative("k"), positive("h")}, s_cusum,
                  "two-sided tabular CUSUM of the standardised sample; true when S+ or S- > h",
                  "cusum(loss, 0.5, 5)", "can be true from the 3rd sample", T::boolean));
+  d.back().describe = d_cusum;
   d.push_back(sf("page_hinkley", {num("x"), non_negative("delta"), positive("lambda")}, s_page_hinkley,
                  "Page-Hinkley test for an increase of the mean; true when m_t - min m > lambda",
                  "page_hinkley(loss, 0.005, 50)", "can be true from the 2nd sample", T::boolean));
+  d.back().describe = d_page_hinkley;
   return d;
 }
 

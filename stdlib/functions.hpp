@@ -91,6 +91,10 @@ using AggregateKernel = double (*)(std::span<const double> values);
 using RangeKernel = double (*)(const Window& w, std::span<const double> consts);
 /// Feeds one new sample `x`; returns the function's value after it (NaN while warming up).
 using StatefulKernel = double (*)(DetectorState& st, double x, std::span<const double> consts);
+/// What a stateful function last computed, for --explain: reads `st` right
+/// after a kernel call (never changes it) and says what the result was
+/// compared with, e.g. "EWMA = 4.1, limits 2 +- 0.9 = [1.1, 2.9]".
+using StatefulDescribe = std::string (*)(const DetectorState& st, std::span<const double> consts);
 
 struct FunctionDef {
   std::string_view name;
@@ -108,6 +112,7 @@ struct FunctionDef {
   AggregateKernel aggregate = nullptr;
   RangeKernel range = nullptr;
   StatefulKernel stateful = nullptr;
+  StatefulDescribe describe = nullptr;  // optional, stateful functions only
   std::string_view doc;
   std::string_view example;
   std::string_view warmup;  // empty: defined as soon as its inputs are

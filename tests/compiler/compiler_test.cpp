@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <string>
 
@@ -252,6 +256,80 @@ TEST(Explain, ShowsWindowsAndThePendingTimeline) {
   EXPECT_NE(text.find("pending since step 4: 2 consecutive true evaluations (4, 5)"),
             std::string::npos)
       << text;
+}
+
+// The first number after `key` in `text` (NaN if absent).
+double number_after(const std::string& text, const std::string& key) {
+  const auto at = text.find(key);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(text.c_str() + at + key.size(), nullptr);
+}
+
+TEST(Explain, AnEwmaChartFiringShowsItsEwmaAndControlLimits) {
+  // The chart's verdict alone (value=1) does not say why: explain must show
+  // the EWMA and the limits it left, recomputed here from the definition
+  // (Roberts' chart over the samples before the current one).
+  auto p = compile_ok("rule shift:\n  when ewma_chart(loss, 0.5, 2) do log\n");
+  vigil::Engine e(p, {.unbound = vigil::UnboundActions::record});
+  const std::vector<double> xs = {1, 2, 1, 2, 1.5, 1, 2, 9};
+  const double lambda = 0.5, L = 2;
+  double z = 0, mean = 0, m2 = 0, centre = 0, width = 0;
+  std::optional<std::size_t> expected_at;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    z = i == 0 ? xs[0] : lambda * xs[i] + (1 - lambda) * z;
+    if (i >= 2 && !expected_at) {
+      mean = 0, m2 = 0;
+      for (std::size_t j = 0; j < i; ++j) mean += xs[j] / static_cast<double>(i);
+      for (std::size_t j = 0; j < i; ++j) m2 += (xs[j] - mean) * (xs[j] - mean);
+      const double t = static_cast<double>(i);
+      centre = mean;
+      width = L * std::sqrt(m2 / t) *
+              std::sqrt(lambda / (2 - lambda) * (1 - std::pow(1 - lambda, 2 * t)));
+      if (std::abs(z - centre) > width) expected_at = i;
+    }
+    auto fs = e.observe(static_cast<std::int64_t>(i), {{"loss", xs[i]}});
+    if (expected_at == i) {
+      ASSERT_EQ(fs.size(), 1u) << "step " << i;
+      const std::string text = e.explain(fs[0]);
+      const std::string line_key = "ewma_chart(loss, 0.5, 2) over loss: EWMA = ";
+      ASSERT_NE(text.find(line_key), std::string::npos) << text;
+      EXPECT_NEAR(number_after(text, line_key), z, 1e-4 * std::abs(z)) << text;
+      EXPECT_NEAR(number_after(text, "mean +- L*sigma_ewma = "), centre, 1e-4 * centre) << text;
+      const std::string chart = text.substr(text.find("L*sigma_ewma = "));
+      EXPECT_NEAR(number_after(chart, " +- "), width, 1e-4 * width) << text;
+      const std::string limits = text.substr(text.find("= ["));
+      EXPECT_NEAR(number_after(limits, "= ["), centre - width, 1e-4 * centre) << text;
+      EXPECT_NEAR(number_after(limits, ", "), centre + width, 1e-4 * centre) << text;
+      EXPECT_NEAR(number_after(text, "(L = "), L, 0) << text;
+      return;
+    }
+    EXPECT_TRUE(fs.empty()) << "step " << i;
+  }
+  FAIL() << "the independent computation expected a firing";
+}
+
+TEST(Explain, ACusumFiringShowsItsStatisticAndThreshold) {
+  auto p = compile_ok("rule shift:\n  when cusum(loss, 0.5, 3) do log\n");
+  vigil::Engine e(p, {.unbound = vigil::UnboundActions::record});
+  const std::vector<double> xs = {1, 2, 1, 2, 30};
+  // Page's tabular CUSUM of each sample standardised by the samples before it.
+  double up = 0, down = 0;
+  for (std::size_t i = 2; i < xs.size(); ++i) {
+    double mean = 0, m2 = 0;
+    for (std::size_t j = 0; j < i; ++j) mean += xs[j] / static_cast<double>(i);
+    for (std::size_t j = 0; j < i; ++j) m2 += (xs[j] - mean) * (xs[j] - mean);
+    const double z = (xs[i] - mean) / std::sqrt(m2 / static_cast<double>(i));
+    up = std::max(0.0, up + z - 0.5);
+    down = std::max(0.0, down - z - 0.5);
+  }
+  for (std::size_t i = 0; i + 1 < xs.size(); ++i)
+    EXPECT_TRUE(e.observe(static_cast<std::int64_t>(i), {{"loss", xs[i]}}).empty());
+  auto fs = e.observe(static_cast<std::int64_t>(xs.size() - 1), {{"loss", xs.back()}});
+  ASSERT_EQ(fs.size(), 1u);
+  const std::string text = e.explain(fs[0]);
+  EXPECT_NEAR(number_after(text, "cusum(loss, 0.5, 3) over loss: S+ = "), up, 1e-4 * up) << text;
+  EXPECT_NEAR(number_after(text, "S- = "), down, 1e-4) << text;
+  EXPECT_NEAR(number_after(text, "threshold h = "), 3, 0) << text;
 }
 
 }  // namespace

@@ -149,8 +149,10 @@ Notes:
 - The multigroup trace has one validation series per group (`eval_g0_loss`, ...); the run
   aliases the first one to `val_loss`.
 - BigScience excerpts are sparse windows around incidents, with experiments interleaved; the
-  ranges name the iterations the chronicles describe. On BLOOM-176B the grad-norm rule fires at
-  31218, one iteration before the loss spike of 31219.
+  ranges name the iterations the chronicles describe. On BLOOM-176B the grad-norm rule (10x its
+  20-step median, twice) fires at 31219, with the loss spike and one iteration before
+  `divergence`; the norm had risen 0.24 -> 0.95 -> 2.4 -> 15.9 -> 145 over the four iterations
+  before (k = 5, before issue 10, fired at 31218 but also on healthy runs of the fault benchmark).
 - `divergence` (rollback) also fires on two spikes that the chronicles say recovered by
   themselves (13B at 29060, BLOOM at 31220): the loss stood 1.5x and over 1 nat above its best
   for two logged iterations. These runs are incidents, not healthy runs; rolling back there
