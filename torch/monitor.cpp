@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -113,6 +114,20 @@ std::string tensor_bytes(const at::Tensor& t) {
 volatile std::sig_atomic_t g_resume_signal = 0;
 extern "C" void on_resume_signal(int) { g_resume_signal = 1; }
 
+// The preemption notice: a signal handler may only touch lock-free atomics.
+// Process-wide, as signal dispositions are; reset when the first Monitor
+// installs its handlers.
+std::atomic<int> g_preempted{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+extern "C" void on_preemption_signal(int) { g_preempted.store(1, std::memory_order_relaxed); }
+int g_preemption_installs = 0;
+
+at::Tensor cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
 }  // namespace
 
 double learning_rate(const ::torch::optim::Optimizer& optimizer) {
@@ -167,6 +182,21 @@ struct Monitor::Impl {
   SeriesId loss_id = 0, lr_id = 0, step_time_id = 0;
   std::optional<std::chrono::steady_clock::time_point> last_time;
 
+  // Spot (docs/spot.md): the run clock, the preemption notice, the cost.
+  SeriesId run_time_id = 0, preempted_id = 0, cost_id = 0;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  double run_time_base = 0;  // seconds saved in the checkpoint resumed from
+  bool has_cost = false;
+  double dollars_per_second = 0;
+  mutable bool preemption_seen = false;  // sticky: the notice does not go away
+  std::vector<std::pair<int, struct sigaction>> previous_handlers;
+  // The RNG state when the previous after_step returned (the start of the
+  // next step), for checkpoints written before a step's update.
+  at::Tensor step_rng;
+  // Steps up to this one were observed by the engine state restored by
+  // resume(): a repeated after_backward must not observe them again.
+  std::int64_t observed_through = std::numeric_limits<std::int64_t>::min();
+
   std::vector<Queued> queue;
   std::vector<std::int64_t> alarms;  // steps of alarm firings, ascending
   std::vector<CheckpointInfo> checkpoints;  // ascending by step
@@ -196,11 +226,63 @@ struct Monitor::Impl {
     loss_id = *engine.series("loss");
     lr_id = *engine.series("lr");
     step_time_id = *engine.series("step_time");
-    for (const RuleInfo& rule : engine.program().rules())
+    run_time_id = *engine.series("run_time");
+    preempted_id = *engine.series("preempted");
+    cost_id = *engine.series("cost");
+    bool reads_preempted = false;
+    for (const RuleInfo& rule : engine.program().rules()) {
       for (const Action& a : rule.actions)
         if (a.name == "pause_and_snapshot") uses_pause = true;
+      if (std::binary_search(rule.reads.begin(), rule.reads.end(), std::string("preempted")))
+        reads_preempted = true;
+    }
+    // `param price_per_hour` (and `param processes`) make the cost series.
+    const auto& params = engine.program().params();
+    if (auto it = params.find("price_per_hour"); it != params.end() && std::holds_alternative<double>(it->second)) {
+      double processes = 1;
+      if (auto p = params.find("processes"); p != params.end() && std::holds_alternative<double>(p->second))
+        processes = std::get<double>(p->second);
+      has_cost = true;
+      dollars_per_second = std::get<double>(it->second) * processes / 3600.0;
+    }
+    if (reads_preempted) install_preemption_handlers();
+    step_rng = cpu_rng_state();
     bind();
     install_recorder();
+  }
+
+  ~Impl() {
+    for (auto it = previous_handlers.rbegin(); it != previous_handlers.rend(); ++it)
+      ::sigaction(it->first, &it->second, nullptr);
+    if (!previous_handlers.empty()) --g_preemption_installs;
+  }
+
+  void install_preemption_handlers() {
+    if (g_preemption_installs++ == 0) g_preempted.store(0);
+    struct sigaction action {};
+    action.sa_handler = on_preemption_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;  // a notice must not fail the host's read() or write()
+    for (int sig : options.preemption_signals) {
+      struct sigaction previous {};
+      if (::sigaction(sig, &action, &previous) == 0) previous_handlers.emplace_back(sig, previous);
+      else options.log(fmt::format("vigil: cannot watch signal {} for preemption: {}", sig, std::strerror(errno)));
+    }
+    if (previous_handlers.empty()) --g_preemption_installs;
+  }
+
+  double run_time() const {
+    return run_time_base + std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+
+  bool poll_preemption() const {
+    if (!preemption_seen) {
+      if (g_preempted.load(std::memory_order_relaxed) != 0 && !previous_handlers.empty())
+        preemption_seen = true;
+      else if (!options.preemption_file.empty() && ::access(options.preemption_file.c_str(), F_OK) == 0)
+        preemption_seen = true;
+    }
+    return preemption_seen;
   }
 
   void bind() {
@@ -276,6 +358,7 @@ struct Monitor::Impl {
     for (const auto& [k, v] : host) out += fmt::format("host {} {}\n", v, k);
     for (std::int64_t a : alarms) out += fmt::format("alarm {}\n", a);
     for (const auto& c : checkpoints) out += fmt::format("ckpt {} {}\n", c.step, c.metric);
+    out += fmt::format("run_time {}\n", run_time());
     return out;
   }
 
@@ -285,6 +368,8 @@ struct Monitor::Impl {
     std::vector<std::int64_t> alarms;
     std::vector<std::pair<std::int64_t, double>> table;
     std::string engine_state;
+    double run_time = 0;
+    std::int64_t observed = std::numeric_limits<std::int64_t>::min();  // engine's last step
   };
 
   static void parse_metadata(const std::string& text, Loaded& out) {
@@ -307,6 +392,12 @@ struct Monitor::Impl {
         std::string metric;
         in >> s >> metric;
         out.table.emplace_back(s, std::strtod(metric.c_str(), nullptr));
+      } else if (kind == "run_time") {
+        std::string v;
+        in >> v;
+        out.run_time = std::strtod(v.c_str(), nullptr);
+      } else if (kind == "observed") {
+        in >> out.observed;
       } else {
         std::string rest;
         std::getline(in, rest);
@@ -314,7 +405,10 @@ struct Monitor::Impl {
     }
   }
 
-  std::string serialize(std::int64_t step) {
+  // `rng`: the generator state to save (default: the current one);
+  // `observed`: the engine's last observed step when it is past `step`.
+  std::string serialize(std::int64_t step, const at::Tensor* rng = nullptr,
+                        std::optional<std::int64_t> observed = std::nullopt) {
     ::torch::serialize::OutputArchive archive;
     ::torch::serialize::OutputArchive model_archive, optimizer_archive;
     model.save(model_archive);
@@ -331,13 +425,11 @@ struct Monitor::Impl {
       archive.write(fmt::format("vigil_group_{}", i), group_archive);
     }
     archive.write("vigil_step", ::torch::tensor(step, ::torch::kInt64));
-    {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      archive.write("vigil_rng", gen.get_state());
-    }
+    archive.write("vigil_rng", rng ? *rng : cpu_rng_state());
     archive.write("vigil_engine", bytes_tensor(engine.save_state()));
-    archive.write("vigil_monitor", bytes_tensor(metadata()));
+    std::string meta = metadata();
+    if (observed) meta += fmt::format("observed {}\n", *observed);
+    archive.write("vigil_monitor", bytes_tensor(meta));
     std::string bytes;
     archive.save_to([&bytes](const void* data, std::size_t n) {
       bytes.append(static_cast<const char*>(data), n);
@@ -401,7 +493,8 @@ struct Monitor::Impl {
     }
   }
 
-  std::string checkpoint(std::int64_t step, std::string& error) {
+  std::string checkpoint(std::int64_t step, std::string& error, const at::Tensor* rng = nullptr,
+                         std::optional<std::int64_t> observed = std::nullopt) {
     if (options.checkpoint_dir.empty()) {
       error = "checkpoint: no checkpoint_dir configured";
       return {};
@@ -415,7 +508,7 @@ struct Monitor::Impl {
     // The table inside the file includes the file itself.
     std::erase_if(checkpoints, [&](const CheckpointInfo& c) { return c.step >= step; });
     checkpoints.push_back({step, path.string(), metric});
-    if (!write_atomically(path, serialize(step), error)) {
+    if (!write_atomically(path, serialize(step, rng, observed), error)) {
       checkpoints.pop_back();
       return {};
     }
@@ -502,6 +595,11 @@ struct Monitor::Impl {
     }
     host = std::move(loaded.host);
     alarms = std::move(loaded.alarms);
+    // The run clock goes on from the saved reading (this process's own time
+    // since construction is added: start-up is paid for too).
+    run_time_base = loaded.run_time;
+    observed_through = std::max(loaded.observed, loaded.step);
+    step_rng = cpu_rng_state();
     checkpoints.clear();
     const fs::path dir = fs::path(path).parent_path();
     for (const auto& [s, metric] : loaded.table) {
@@ -665,6 +763,14 @@ Decision Monitor::after_backward(std::int64_t step, double loss) {
   m.samples.clear();
   m.tensors.clear();
   m.keep.clear();
+  if (step <= m.observed_through) {
+    // Resumed from a checkpoint written before this step's update: the
+    // engine has seen this step, and its firings were handled then.
+    m.host_samples.clear();
+    m.activations.clear();
+    m.last_time = now;
+    return d;
+  }
   if (m.options.reduce_loss) loss = m.options.reduce_loss(loss);
   m.samples.push_back({m.loss_id, loss});
   m.latest.insert_or_assign("loss", loss);
@@ -672,6 +778,10 @@ Decision Monitor::after_backward(std::int64_t step, double loss) {
   if (m.last_time)
     m.samples.push_back({m.step_time_id, std::chrono::duration<double>(now - *m.last_time).count()});
   m.last_time = now;
+  const double run_time = m.run_time();
+  m.samples.push_back({m.run_time_id, run_time});
+  m.samples.push_back({m.preempted_id, m.poll_preemption() ? 1.0 : 0.0});
+  if (m.has_cost) m.samples.push_back({m.cost_id, run_time * m.dollars_per_second});
   m.samples.insert(m.samples.end(), m.host_samples.begin(), m.host_samples.end());
   m.host_samples.clear();
 
@@ -689,7 +799,11 @@ Decision Monitor::after_backward(std::int64_t step, double loss) {
   }
   for (const auto& [id, t] : m.activations) m.tensors.push_back({id, m.view_of(t)});
 
-  const auto firings = m.engine.observe(step, m.samples, m.tensors);
+  // The run clock is the observations' time: `every 30m` is 30 minutes of
+  // training, and goes on across resumes with the engine state.
+  ObserveOptions observe_options;
+  observe_options.time = run_time;
+  const auto firings = m.engine.observe(step, m.samples, m.tensors, observe_options);
   for (const Firing& f : firings) {
     d.firings.push_back({f.rule_name(), f.step, format_series_key("", *f.labels),
                          f.value ? *f.value : std::numeric_limits<double>::quiet_NaN()});
@@ -702,6 +816,17 @@ Decision Monitor::after_backward(std::int64_t step, double loss) {
   m.keep.clear();
   m.tensors.clear();
   m.run_queue(step, d);
+  if (d.stop && m.checkpoint_due && !d.rolled_back) {
+    // The host may leave its loop now without after_step: write the
+    // checkpoint here, as the state before this step's update (named for the
+    // previous step, so a resumed host redoes this one).
+    m.checkpoint_due = false;
+    std::string error;
+    if (m.checkpoint(step - 1, error, &m.step_rng, step).empty()) {
+      d.errors.push_back(error);
+      m.options.log("vigil: " + error);
+    }
+  }
   return d;
 }
 
@@ -717,6 +842,7 @@ Decision Monitor::after_step(std::int64_t step) {
       m.options.log("vigil: " + error);
     }
   }
+  m.step_rng = cpu_rng_state();
   return d;
 }
 
@@ -754,6 +880,9 @@ std::string Monitor::latest_checkpoint(const std::string& dir) {
   }
   return best;
 }
+
+double Monitor::run_time() const { return impl_->run_time(); }
+bool Monitor::preempted() const { return impl_->poll_preemption(); }
 
 const std::vector<CheckpointInfo>& Monitor::checkpoints() const { return impl_->checkpoints; }
 const CheckpointInfo* Monitor::last_good() const { return impl_->last_good(); }

@@ -18,8 +18,11 @@
 // Series it observes (SPEC §1): tensor series `grad{layer="NAME"}` and
 // `weight{layer="NAME"}` for every named parameter, `activation{layer="NAME"}`
 // for every activation() call, and scalars `loss`, `lr` (first param group),
-// `step_time` (seconds since the previous after_backward) plus whatever the
-// host adds with scalar(). A tensor is only read when some rule uses one of
+// `step_time` (seconds since the previous after_backward), the Spot series
+// `run_time`, `preempted` and `cost` (docs/spot.md), plus whatever the host
+// adds with scalar(). Observations carry the run clock (`run_time`) as their
+// time, so `every 30m`, `for 10m` and `x[1h]` measure training time, across
+// resumes. A tensor is only read when some rule uses one of
 // its stats (Engine::tensor_stats_used): unused tensors cost a branch.
 //
 // Only this header and torch/*.cpp include torch headers; it pulls in
@@ -31,6 +34,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -91,6 +95,18 @@ struct MonitorOptions {
   /// mean over the processes (vigil::torch::mean_across), so that every
   /// process sees the same loss. Empty: the process's own loss.
   std::function<double(double)> reduce_loss;
+
+  /// Preemption notice (docs/spot.md). When some rule reads the series
+  /// `preempted`, the Monitor installs handlers for these signals that only
+  /// set an atomic flag (the previous handlers come back in ~Monitor); the
+  /// next after_backward observes `preempted = 1`, and from then on every
+  /// step. Without such a rule nothing is installed, so SIGTERM keeps its
+  /// usual meaning. Empty: no signal handler.
+  std::vector<int> preemption_signals = {SIGTERM};
+  /// A file whose appearance is the notice (what a cloud agent or a sidecar
+  /// polling the metadata endpoint writes); checked with one stat() per
+  /// after_backward. Empty: none.
+  std::string preemption_file;
 };
 
 /// One firing, copied out of the engine (the engine's Firing is only valid
@@ -143,6 +159,16 @@ class Monitor {
   /// Evaluates the rules on this step's loss, gradients, weights (before the
   /// update), activations, lr and step time, and carries out the actions.
   /// Call after backward() and before optimizer.step().
+  ///
+  /// When one evaluation both stops and checkpoints (spot_preemption,
+  /// max_run, budget), the checkpoint is written before this returns, so a
+  /// host that breaks out of its loop at once loses nothing: it holds the
+  /// state *before* this step's update (model, optimizer, host_state(), the
+  /// RNG as it was when the previous after_step returned) and is named for
+  /// step - 1, so resume() returns step - 1 and the host redoes this step.
+  /// The engine state in it has already seen this step; after resume the
+  /// repeated after_backward of this step does not observe again (its
+  /// firings already happened) and returns an empty Decision.
   Decision after_backward(std::int64_t step, double loss);
   /// Carries out checkpoints due at this step (a `checkpoint` action of the
   /// step, or checkpoint_every), so that a checkpoint holds the updated model.
@@ -162,6 +188,12 @@ class Monitor {
   std::int64_t resume(const std::string& path, std::string* error = nullptr);
   /// The newest checkpoint in `dir` (by step), empty if none.
   static std::string latest_checkpoint(const std::string& dir);
+
+  /// Seconds of training so far: this process's time since the Monitor was
+  /// constructed plus the run time saved in the checkpoint it resumed from.
+  [[nodiscard]] double run_time() const;
+  /// Whether a preemption notice (signal or file) has been seen.
+  [[nodiscard]] bool preempted() const;
 
   [[nodiscard]] const std::vector<CheckpointInfo>& checkpoints() const;
   /// The checkpoint last_good would pick now, or null.

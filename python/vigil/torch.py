@@ -14,7 +14,9 @@
 
 The semantics are those of the C++ adapter (include/vigil/torch.hpp,
 docs/torch.md): the series `loss`, `lr` (first param group), `step_time`
-(seconds between after_backward calls), host scalars, and the tensor series
+(seconds between after_backward calls), the Spot series `run_time`,
+`preempted` and `cost` (docs/spot.md; run_time is also the observations'
+time), host scalars, and the tensor series
 `grad{layer=NAME}`, `weight{layer=NAME}` per named parameter and
 `activation{layer=NAME}` for watched modules, each handed to the engine only
 when some rule reads one of its stats. The standard actions are carried out
@@ -220,6 +222,13 @@ class Monitor:
     watch_grads / watch_weights: observe gradients / weights at all.
     reduce_loss: applied to the loss before it is observed (multi-process:
         the mean over the ranks).
+    preemption_signals: when some rule reads `preempted`, handlers for these
+        signals (SIGTERM by default; () for none) that only set a flag; the
+        next after_backward observes preempted = 1 (docs/spot.md). The
+        previous handlers come back in close(). Without such a rule nothing
+        is installed, so SIGTERM keeps its meaning.
+    preemption_file: a path whose appearance is the notice (what a cloud
+        agent or a sidecar polling the metadata endpoint writes).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -240,7 +249,9 @@ class Monitor:
                  logger: Optional[logging.Logger] = None,
                  watch_grads: bool = True,
                  watch_weights: bool = True,
-                 reduce_loss: Optional[Callable[[float], float]] = None):
+                 reduce_loss: Optional[Callable[[float], float]] = None,
+                 preemption_signals=(signal.SIGTERM,),
+                 preemption_file: Union[str, os.PathLike, None] = None):
         if engine is None:
             if rules is None:
                 raise TypeError("Monitor needs rules (a rule file or a vigil.Program) or an engine")
@@ -289,6 +300,34 @@ class Monitor:
         self._checkpoints: List[CheckpointInfo] = []
         self._checkpoint_due = False
         self._uses_pause = "pause_and_snapshot" in engine.program.actions
+        # Spot (docs/spot.md): the run clock, the preemption notice, the cost.
+        self._started = time.monotonic()
+        self._run_time_base = 0.0
+        self._preempted = False
+        self._notice = []  # the signal handler's flag: appending is all it does
+        self._previous_handlers = []
+        self.preemption_file = os.fspath(preemption_file) if preemption_file is not None else None
+        params = engine.program.params
+        price = params.get("price_per_hour")
+        self._dollars_per_second = None
+        if isinstance(price, float):
+            processes = params.get("processes", 1.0)
+            processes = processes if isinstance(processes, float) else 1.0
+            self._dollars_per_second = price * processes / 3600.0
+        # The RNG when the previous after_step returned: the start of the next
+        # step, for a checkpoint written before a step's update.
+        self._step_rng = _rng_state()
+        # Steps up to this one were observed by the engine state resume()
+        # restored: a repeated after_backward must not observe them again.
+        self._observed_through = None
+        if any("preempted" in r["reads"] for r in engine.program.rules):
+            for sig in preemption_signals:
+                try:
+                    previous = signal.signal(sig, self._on_notice)
+                except (ValueError, OSError) as e:  # not the main thread
+                    self.log.warning("vigil: cannot watch signal %s for preemption: %s", sig, e)
+                    continue
+                self._previous_handlers.append((sig, previous))
         self._window = collections.deque(maxlen=max(1, snapshot_window))
         self._user_recorder = None
         for name in STANDARD_ACTIONS:
@@ -343,13 +382,55 @@ class Monitor:
         self._record_append = append
         self._install_recorder()
 
+    # -- Spot --------------------------------------------------------------
+
+    def _on_notice(self, signum, frame) -> None:
+        self._notice.append(signum)
+
+    @property
+    def run_time(self) -> float:
+        """Seconds of training: this process's time since the Monitor was
+        made plus the run time saved in the checkpoint it resumed from."""
+        return self._run_time_base + (time.monotonic() - self._started)
+
+    @property
+    def preempted(self) -> bool:
+        """Whether a preemption notice (signal or file) has arrived."""
+        if not self._preempted:
+            if self._notice:
+                self._preempted = True
+            elif self.preemption_file and os.path.exists(self.preemption_file):
+                self._preempted = True
+        return self._preempted
+
+    def close(self) -> None:
+        """Puts back the signal handlers the Monitor replaced."""
+        for sig, previous in reversed(self._previous_handlers):
+            try:
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
+        self._previous_handlers = []
+
     # -- the loop ----------------------------------------------------------
 
     def after_backward(self, step: int, loss) -> Decision:
         """Evaluates the rules on this step's loss, gradients, weights (before
         the update), activations, lr and step time, and carries out the
-        actions. Call after backward() and before optimizer.step()."""
+        actions. Call after backward() and before optimizer.step().
+
+        When one evaluation both stops and checkpoints (spot_preemption,
+        max_run, budget), the checkpoint is written before this returns: it
+        holds the state before this step's update (the RNG as the previous
+        after_step left it) and is named for step - 1, so a resumed run redoes
+        this step; its repeated after_backward does not observe again (the
+        engine state has seen it) and returns an empty Decision."""
         now = time.monotonic()
+        if self._observed_through is not None and step <= self._observed_through:
+            self._last_time = now
+            self._scalars = {}
+            self._activations = {}
+            return Decision()
         loss = float(loss)
         if self.reduce_loss is not None:
             loss = float(self.reduce_loss(loss))
@@ -357,6 +438,11 @@ class Monitor:
         if self._last_time is not None:
             values["step_time"] = now - self._last_time
         self._last_time = now
+        run_time = self.run_time
+        values["run_time"] = run_time
+        values["preempted"] = 1.0 if self.preempted else 0.0
+        if self._dollars_per_second is not None:
+            values["cost"] = run_time * self._dollars_per_second
         self._latest["loss"] = loss
         if self._scalars:
             values.update(self._scalars)
@@ -372,7 +458,9 @@ class Monitor:
             self._activations = {}
         d = Decision()
         try:
-            d.firings = self.engine.observe(step, values, tensors=tensors, time=time.time())
+            # The run clock is the observations' time: `every 30m` is 30
+            # minutes of training, and goes on across resumes.
+            d.firings = self.engine.observe(step, values, tensors=tensors, time=run_time)
         finally:
             queue, self._queue = self._queue, []
         for f in d.firings:
@@ -382,6 +470,14 @@ class Monitor:
         if self.engine.pending and (not self._alarms or self._alarms[-1] != step):
             self._alarms.append(step)
         self._run_queue(queue, step, d)
+        if d.stop and self._checkpoint_due and not d.rolled_back:
+            # The host may leave its loop now without after_step.
+            self._checkpoint_due = False
+            try:
+                self.checkpoint(step - 1, _rng=self._step_rng, _observed=step)
+            except (OSError, RuntimeError, ValueError) as e:
+                d.errors.append(f"checkpoint: {e}")
+                self.log.error("vigil: checkpoint: %s", e)
         return d
 
     def after_step(self, step: int) -> Decision:
@@ -396,6 +492,7 @@ class Monitor:
             except (OSError, RuntimeError, ValueError) as e:
                 d.errors.append(f"checkpoint: {e}")
                 self.log.error("vigil: checkpoint: %s", e)
+        self._step_rng = _rng_state()
         return d
 
     # -- checkpoints -------------------------------------------------------
@@ -420,7 +517,7 @@ class Monitor:
                 best = c
         return best
 
-    def checkpoint(self, step: int) -> str:
+    def checkpoint(self, step: int, *, _rng=None, _observed: Optional[int] = None) -> str:
         """Writes a checkpoint now (atomically) and prunes old ones. Returns
         its path; raises OSError / ValueError if it cannot."""
         if not self.checkpoint_dir:
@@ -433,7 +530,7 @@ class Monitor:
         self._checkpoints = [c for c in self._checkpoints if c.step < step]
         self._checkpoints.append(CheckpointInfo(step, path, metric))
         try:
-            _write_atomically(path, self._serialize(step))
+            _write_atomically(path, self._serialize(step, _rng, _observed))
         except BaseException:
             self._checkpoints = previous
             raise
@@ -494,6 +591,11 @@ class Monitor:
         self.engine.restore_state(loaded["engine"])
         self.host_state = dict(loaded["host"])
         self._alarms = list(loaded["alarms"])
+        # The run clock goes on from the saved reading (this process's own
+        # time since the Monitor was made is added: start-up is paid for too).
+        self._run_time_base = float(loaded.get("run_time", 0.0))
+        self._observed_through = max(int(loaded.get("observed", loaded["step"])), int(loaded["step"]))
+        self._step_rng = _rng_state()
         directory = os.path.dirname(path)
         self._checkpoints = []
         for s, metric in loaded["table"]:
@@ -601,13 +703,15 @@ class Monitor:
                 _unlink_quietly(c.path)
         self._checkpoints = rest
 
-    def _serialize(self, step: int) -> bytes:
+    def _serialize(self, step: int, rng=None, observed: Optional[int] = None) -> bytes:
         payload = {
             "format": "vigil.torch.Monitor/1",
             "step": step,
+            "observed": observed if observed is not None else step,
+            "run_time": self.run_time,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "rng": _rng_state(),
+            "rng": rng if rng is not None else _rng_state(),
             "engine": self.engine.save_state(),
             "host": dict(self.host_state),
             "alarms": list(self._alarms),

@@ -97,7 +97,9 @@ def test_only_series_some_rule_reads_are_observed(tmp_path):
     mon.scalar("accuracy", 0.5)
     _step(model, opt, mon, 1)
     values = seen[-1]["values"]
-    assert set(values) == {"loss", "lr", "accuracy", 'activation_frac_zero{layer="fc1"}',
+    # loss, lr and the Spot clock and notice (docs/spot.md) are always there
+    assert set(values) == {"loss", "lr", "run_time", "preempted", "accuracy",
+                           'activation_frac_zero{layer="fc1"}',
                            'grad_norm{layer="fc1.weight"}', 'grad_norm{layer="fc1.bias"}',
                            'grad_norm{layer="fc2.weight"}', 'grad_norm{layer="fc2.bias"}'}
     assert values["lr"] == 0.1

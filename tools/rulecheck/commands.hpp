@@ -29,6 +29,9 @@ struct RunOptions {
   std::uint64_t max_line = std::uint64_t{64} << 20;  // TraceOptions::max_line_bytes
   std::vector<std::string> import_paths;  // CompileOptions::import_paths
   std::size_t max_label_sets = vigil::default_max_label_sets;  // EngineOptions; 0: none
+  /// `--price-per-hour P`: after each trace's firings, what the time after the
+  /// first stop-level (stop/rollback) firing cost (docs/spot.md). NaN: off.
+  double price_per_hour = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// `rulecheck watch`: follow one growing trace.

@@ -130,6 +130,17 @@ int main(int argc, char** argv) {
                   "replay time gaps as a live monitor polling every S seconds would see them "
                   "(clock ticks for age(...) rules)")
       ->check(seconds(false));
+  run->add_option("--price-per-hour", run_opts.price_per_hour,
+                  "after the firings, say what the run cost after the first stop/rollback "
+                  "firing at this price per hour (needs wall times in the trace)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            double v = 0;
+            if (!parse_finite(text, v) || v <= 0)
+              return fmt::format("must be a positive price per hour, got '{}'", text);
+            return {};
+          },
+          "PRICE>0"));
   run->add_option("--jobs", run_opts.jobs, "runs evaluated at once (default: one per core)")
       ->check(CLI::Range(1u, 4096u));
   run->add_option("--max-line", run_opts.max_line,

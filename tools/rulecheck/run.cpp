@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fmt/format.h>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
@@ -156,6 +158,104 @@ void tick_until(Replay& replay, double next, double every, Emit& emit) {
   for (double k = 1; last + k * step < next; ++k) emit(replay.tick(last + k * step));
 }
 
+// `--price-per-hour`: the money the rules would have saved on one trace — the
+// wall time from the first stop-level firing (an action `stop` or `rollback`)
+// to the trace's last observation, at the given price (docs/spot.md).
+class CostSummary {
+ public:
+  explicit CostSummary(double price) : price_(price) {}
+
+  void observe(const vigil::Observation& obs) {
+    if (!std::isfinite(obs.time)) return;
+    if (!std::isfinite(first_time_)) first_time_ = obs.time;
+    last_time_ = std::max(last_time_, obs.time);
+    last_step_ = obs.step;
+  }
+
+  void fired(const vigil::Firing& f) {
+    if (has_stop_ || f.actions == nullptr) return;
+    for (const auto& a : *f.actions) {
+      if (a.name != "stop" && a.name != "rollback") continue;
+      has_stop_ = true;
+      stop_rule_ = f.rule_name();
+      stop_action_ = a.name;
+      stop_step_ = f.step;
+      stop_time_ = f.time;
+      return;
+    }
+  }
+
+  // Text: one line after the firings; JSON: one object under the key
+  // "cost_summary" (firing objects have "rule"; this one does not).
+  void print(const std::string& trace, Format format, std::string& out) const {
+    const bool timed = std::isfinite(first_time_);
+    const double total_h = timed ? (last_time_ - first_time_) / 3600 : NAN;
+    const bool stop_timed = has_stop_ && timed && std::isfinite(stop_time_);
+    const double at_h = stop_timed ? (stop_time_ - first_time_) / 3600 : NAN;
+    const double saved_h = stop_timed ? total_h - at_h : (timed ? 0.0 : NAN);
+    if (format == Format::json) {
+      nlohmann::ordered_json j;
+      auto number = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nullptr; };
+      j["trace"] = trace;
+      j["price_per_hour"] = price_;
+      j["stop_rule"] = has_stop_ ? nlohmann::ordered_json(stop_rule_) : nullptr;
+      j["stop_action"] = has_stop_ ? nlohmann::ordered_json(stop_action_) : nullptr;
+      j["stop_step"] = has_stop_ ? nlohmann::ordered_json(stop_step_) : nullptr;
+      j["stop_time"] = number(stop_time_);
+      j["last_step"] = timed ? nlohmann::ordered_json(last_step_) : nullptr;
+      j["run_hours"] = number(total_h);
+      j["hours_at_stop"] = number(at_h);
+      j["hours_saved"] = number(saved_h);
+      j["cost_saved"] = number(saved_h * price_);
+      nlohmann::ordered_json line;
+      line["cost_summary"] = std::move(j);
+      out += line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+      return;
+    }
+    const std::string price = fmt::format("${}/h", money(price_, 2));
+    if (!timed) {
+      out += fmt::format("cost: {} has no wall times; nothing to price at {}\n", trace, price);
+    } else if (!has_stop_) {
+      out += fmt::format("no stop or rollback firing: the whole run ran ({:.1f} h, ${} at {})\n",
+                         total_h, money(total_h * price_, 0), price);
+    } else if (!stop_timed) {
+      out += fmt::format("{} at step {} ({}): the firing has no wall time; nothing to price\n",
+                         stop_action_, grouped(stop_step_), stop_rule_);
+    } else {
+      out += fmt::format("{} at step {} ({:.1f} h of {:.1f} h, {}): {:.1f} h, ${} at {} not spent\n",
+                         stop_action_, grouped(stop_step_), at_h, total_h, stop_rule_, saved_h,
+                         money(saved_h * price_, 0), price);
+    }
+  }
+
+ private:
+  // 41000 -> "41,000".
+  static std::string grouped(std::int64_t n) {
+    std::string digits = std::to_string(n < 0 ? -n : n), out;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+      if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+      out += digits[i];
+    }
+    return n < 0 ? "-" + out : out;
+  }
+  // Whole units with thousands separators (cents when `decimals` is 2).
+  static std::string money(double v, int decimals) {
+    const double rounded = std::round(v * std::pow(10, decimals)) / std::pow(10, decimals);
+    const auto whole = static_cast<std::int64_t>(std::floor(rounded));
+    std::string out = grouped(whole);
+    if (decimals > 0) out += fmt::format("{:.{}f}", rounded - static_cast<double>(whole), decimals).substr(1);
+    return out;
+  }
+
+  double price_;
+  double first_time_ = NAN, last_time_ = -INFINITY;
+  std::int64_t last_step_ = 0;
+  bool has_stop_ = false;
+  std::string stop_rule_, stop_action_;
+  std::int64_t stop_step_ = 0;
+  double stop_time_ = NAN;
+};
+
 // Replays one trace through a fresh engine. With `stream`, firings are printed
 // as they come (and a progress bar drawn); otherwise they are appended to
 // `buffer`, for runs evaluated in parallel and printed in order afterwards.
@@ -176,6 +276,8 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
   bool header_printed = false;
   std::optional<ProgressBar> progress;
   if (stream) progress.emplace(*reader, trace);
+  std::optional<CostSummary> cost;
+  if (std::isfinite(opts.price_per_hour)) cost.emplace(opts.price_per_hour);
 
   auto emit = [&](std::span<const vigil::Firing> firings) {
     if (firings.empty()) return;
@@ -185,6 +287,7 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
       header_printed = true;
     }
     for (const auto& f : firings) {
+      if (cost) cost->fired(f);
       ++totals.firings;
       ++totals.rules_fired[f.rule_name()];
       if (format == Format::json) print_firing_json(f, trace, out);
@@ -209,11 +312,23 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
     }
 
     ++totals.observations;
+    if (cost) cost->observe(obs);
     if (opts.tick > 0) tick_until(replay, obs.time, opts.tick, emit);
     emit(replay.feed(obs));
   }
   if (progress) progress->clear();
   if (stream) std::fflush(stdout);
+
+  if (cost) {
+    out.clear();
+    cost->print(trace, format, out);
+    if (stream) {
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      std::fflush(stdout);
+    } else {
+      buffer += out;
+    }
+  }
 
   if (const auto& error = reader->error()) {
     // Firings of the valid prefix are already printed; the damage is an
