@@ -102,6 +102,8 @@ for r in program.rules:
 cpp = open(os.path.join(source, "torch/monitor.cpp"), encoding="utf-8").read()
 cpp_scalars = set(re.findall(r'engine\.series\("([a-z_]+)"\)', cpp))
 py_scalars = {s for s in recorded if not s.startswith(("grad_", "weight_", "activation_"))}
+# `cost` is recorded only when the host gives `param price_per_hour` (docs/spot.md).
+py_scalars |= {"cost"}
 if cpp_scalars != py_scalars:
     errors.append(f"C++ adapter scalars {sorted(cpp_scalars)} != Python Monitor's {sorted(py_scalars)}")
 
