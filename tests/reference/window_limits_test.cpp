@@ -8,16 +8,13 @@
 //     `for`, `every` and `cooldown` in steps were computed in double and
 //     `max(loss[100 steps])` never fired.
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "tests/support/child_cost.hpp"
 #include "vigil/engine.hpp"
 #include "vigil/program.hpp"
 
@@ -89,30 +86,9 @@ TEST(NanosecondSteps, ForEveryAndCooldownInSteps) {
             (std::vector<std::int64_t>{ns_base, ns_base + 40, ns_base + 80}));
 }
 
-struct ChildCost {
-  long max_rss_kib = 0;
-  int exit_code = -1;
-};
-
-long own_max_rss_kib() {
-  rusage ru{};
-  ::getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss;
-}
-
-template <class Body>
-ChildCost in_child(Body body) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(body());
-  ChildCost cost;
-  int status = 0;
-  rusage ru{};
-  if (pid < 0 || ::wait4(pid, &status, 0, &ru) != pid) return cost;
-  cost.max_rss_kib = ru.ru_maxrss;
-  cost.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return cost;
-}
+using vigil::test::ChildCost;
+using vigil::test::in_child;
+using vigil::test::own_max_rss_kib;
 
 TEST(WindowMemory, LongWindowsOverShortTracesStaySmall) {
   // Ten rules with windows of ten million samples, steps and seconds, one

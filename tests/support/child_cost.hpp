@@ -4,8 +4,6 @@
 // earlier tests do not count, and check a bound ~10x above the expected
 // cost, so the bound holds on a loaded machine and under sanitizers while
 // still catching quadratic or exponential behaviour.
-//
-// The same helper as tests/trace/limits_test.cpp's (which predates this file).
 #pragma once
 
 #include <sys/resource.h>

@@ -8,16 +8,13 @@
 // on a loaded machine and still catch the old behaviour (which needed
 // gigabytes / seconds for the same inputs).
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "tests/support/child_cost.hpp"
 #include "tests/support/files.hpp"
 #include "tests/support/traces.hpp"
 #include "vigil/trace.hpp"
@@ -44,35 +41,9 @@ class LimitsTest : public vigil::test::TempDirTest {
   }
 };
 
-struct ChildCost {
-  long max_rss_kib = 0;      // peak resident memory of the child
-  double cpu_seconds = 0;    // user + system time of the child
-  int exit_code = -1;
-};
-
-long own_max_rss_kib() {
-  rusage ru{};
-  ::getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss;
-}
-
-// Runs `body` in a forked child and returns its cost; body's return value is
-// the exit code (0: the child's own checks passed).
-template <class Body>
-ChildCost in_child(Body body) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(body());
-  ChildCost cost;
-  int status = 0;
-  rusage ru{};
-  if (pid < 0 || ::wait4(pid, &status, 0, &ru) != pid) return cost;
-  cost.max_rss_kib = ru.ru_maxrss;
-  cost.cpu_seconds = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-                     static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  cost.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return cost;
-}
+using vigil::test::ChildCost;
+using vigil::test::in_child;
+using vigil::test::own_max_rss_kib;
 
 TEST_F(LimitsTest, JsonlLineLongerThanTheCapIsAnErrorWithItsLineNumber) {
   // Line 3 is 8 MiB of one (valid) series name; the cap is 1 MiB.
