@@ -28,13 +28,6 @@ DOC = os.path.join(ROOT, "docs", "detection.md")
 NOTES = os.path.join(HERE, "notes.md")
 
 
-# Lightning's EarlyStopping (std.early_stopping, exact to Lightning: patience 3
-# evaluations) stops a run whose validation loss has converged; on a healthy
-# run that is its purpose, not an alarm. Its stops are listed in the page but
-# not counted against the "no stop/rollback on a healthy run" target.
-CALLBACK_STOPS = {"early_stopping"}
-
-
 def rule_sets(tmp, rulecheck):
     names = [l.split()[0] for l in subprocess.run([rulecheck, "stdlib"], capture_output=True, text=True,
                                                     check=True).stdout.splitlines() if l.strip()]
@@ -223,8 +216,6 @@ def targets(runs, sets, all_results):
     for r in runs:
         if r["fault"] == "healthy":
             for f in all_results[1][r["run"]]["stops"]:
-                if f["rule"] in CALLBACK_STOPS:
-                    continue
                 fails.append(f"stdlib defaults: healthy run {r['run']}: {f['rule']} ({'+'.join(f['actions'])}) at {f['step']}")
     return fails
 
