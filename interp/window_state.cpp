@@ -508,6 +508,7 @@ double RunningWindow::Sorted::quantile(double q) const {
 void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, std::uint64_t hi) {
   if (valid_) ++rebuilds_;
   valid_ = true;
+  kind_ = kind;
   lo_ = hi_ = lo;
   nans_ = specials_ = trues_ = changes_ = 0;
   vchange_ = schange_ = lo;
@@ -609,8 +610,8 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
   // A slope re-centres its steps once the window has moved on by its own
   // length (amortised O(1)): the origin stays near the window.
   const bool recentre = kind == RunKind::slope && removed_ > std::max<std::uint64_t>(64, 2 * (hi - lo));
-  if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() ||
-      sums_.size() != sums_for(kind) || recentre) {
+  if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() || kind != kind_ ||
+      recentre) {
     rebuild(kind, h, lo, end);
   } else {
     for (std::uint64_t k = hi_; k < end; ++k) move<true>(kind, h, k);
@@ -619,7 +620,9 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     lo_ = lo;
     if (kind == RunKind::min || kind == RunKind::max) deque_.expire(lo);
   }
-  const double latest = h.value[h.phys(hi - 1)];
+  // Read only by the kinds that need it (a load and an index computation
+  // the others should not pay for).
+  auto newest = [&] { return h.value[h.phys(hi - 1)]; };
   const auto n = static_cast<double>(hi_ - lo_);
   switch (kind) {
     case RunKind::none: return std::nullopt;
@@ -646,11 +649,11 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       return nans_ ? nan : sorted_.quantile(consts[0]);
     case RunKind::delta:
       if (nans_) return nan;
-      return latest - h.value[h.phys(lo_)];
+      return newest() - h.value[h.phys(lo_)];
     case RunKind::rel_change: {
       if (nans_) return nan;
       const double first = h.value[h.phys(lo_)];
-      return (latest - first) / std::abs(first);
+      return (newest() - first) / std::abs(first);
     }
     case RunKind::slope:
       if (nans_) return nan;
@@ -659,11 +662,14 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       return slope_of(sd_, sdd_, sums_[0], sums_[1], n);
     case RunKind::changes: return static_cast<double>(changes_);
     case RunKind::any_nan: return nans_ ? 1 : 0;
-    case RunKind::zscore:
+    case RunKind::zscore: {
+      const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
       if (specials_ || !(std::abs(latest) <= special_above)) return std::nullopt;
       return zscore_of(sums_[0], sums_[1], n, vchange_ <= lo_, latest);
+    }
     case RunKind::iqr_outlier: {
+      const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
       const double q1 = sorted_.quantile(0.25), q3 = sorted_.quantile(0.75);
       const double iqr = q3 - q1;

@@ -185,6 +185,7 @@ class RunningWindow {
   void move(RunKind kind, const History& h, std::uint64_t k);
 
   bool valid_ = false;
+  RunKind kind_ = RunKind::none;  // the kind the state was built for
   std::uint64_t lo_ = 0, hi_ = 0;  // the samples covered
   std::int64_t nans_ = 0, specials_ = 0, trues_ = 0, changes_ = 0;
   std::uint64_t vchange_ = 0, schange_ = 0;  // newest sample differing from its predecessor
