@@ -168,6 +168,7 @@ void ExactSum::clear() {
   lo_ = digits;
   hi_ = -1;
   ops_ = 0;
+  s_ = c_ = err_ = 0;
 }
 
 void ExactSum::put(double x, bool negate) {
@@ -199,6 +200,16 @@ void ExactSum::put(double x, bool negate) {
   }
   lo_ = std::min(lo_, i);
   hi_ = std::max(hi_, i + 2);
+  if (track_) {
+    // Neumaier: the rounding error of s_ + y is exact and goes into c_;
+    // adding it to c_ rounds by at most 2^-53 |c_| (2^-51 here also covers
+    // the rounding of err_'s own additions).
+    const double y = negate ? -x : x;
+    const double t = s_ + y;
+    c_ += std::abs(s_) >= std::abs(y) ? (s_ - t) + y : (y - t) + s_;
+    s_ = t;
+    err_ += std::abs(c_) * 0x1p-51;
+  }
   // Each digit moves by < 2^32 per call: 2^30 calls stay far from int64's range.
   if (++ops_ >= (1U << 30)) normalise();
 }
@@ -291,6 +302,37 @@ DoubleDouble dd_digits(const std::int64_t* d, int lo, int top) {
 }  // namespace
 
 double ExactSum::value() {
+  if (track_) {
+    const double r = s_ + c_;
+    if (r == 0 && err_ == 0) return 0.0;  // the exact sum is 0
+    const double ar = std::abs(r);
+    // Sterbenz: with |c_| <= |s_| / 2, r is within a factor 2 of s_ and
+    // s_ - r is exact; d = s_ + c_ - r then rounds by at most 2^-53 |d|.
+    if (ar >= 0x1p-960 && ar <= 0x1p960 && std::abs(c_) <= std::abs(s_) / 2) {
+      const double d = (s_ - r) + c_;
+      // Half the gap from |r| to its neighbour towards zero (the smaller
+      // one): an exact sum strictly closer to r than that rounds to r.
+      std::uint64_t bits;
+      std::memcpy(&bits, &ar, sizeof bits);
+      --bits;
+      double below;
+      std::memcpy(&below, &bits, sizeof below);
+      if (std::abs(d) * (1 + 0x1p-51) + err_ < (ar - below) * 0.5) return r;
+    }
+    // Undecided: the digits, and the compensated sum re-seeded from them
+    // (value_dd is within 2^-97 of the sum where it is this large).
+    const double exact = exact_value();
+    const DoubleDouble dd = value_dd();
+    s_ = dd.hi;
+    c_ = dd.lo;
+    const double a = std::abs(dd.hi);
+    err_ = a == 0 ? 0 : a >= 0x1p-900 && a <= 0x1p900 ? a * 0x1p-90 : inf;
+    return exact;
+  }
+  return exact_value();
+}
+
+double ExactSum::exact_value() {
   normalise();
   if (hi_ < lo_) return 0.0;
   if (d_[hi_] > 0) return round_digits(d_, lo_, hi_);
@@ -517,7 +559,10 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
   sd_ = sdd_ = 0;
   k0_ = lo < hi ? h.step[h.phys(lo)] : 0;  // the origin of a slope's steps
   if (sums_.size() != sums_for(kind)) sums_.resize(sums_for(kind));
-  for (auto& s : sums_) s.clear();
+  for (auto& s : sums_) {
+    s.clear();
+    s.track(kind == RunKind::sum || kind == RunKind::mean);
+  }
   deque_.clear();
   // The pool keeps its capacity: clear() then re-inserting allocates nothing.
   sorted_.clear();

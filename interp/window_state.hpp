@@ -83,10 +83,19 @@ struct DoubleDouble {
 /// additions need no carry), covering every double's bits with room for
 /// 2^31 samples. add/remove touch three digits; value() propagates carries
 /// over the digits in use and rounds once (round to nearest, ties to even).
+///
+/// With track(true), a compensated (Neumaier) double sum and a rigorous
+/// bound on its distance from the exact sum follow the digits; value()
+/// returns the compensated sum rounded when the bound proves that is the
+/// correctly rounded sum (almost always), and reads the digits only when
+/// it cannot (then re-seeding the compensated sum from them). Either way
+/// the value is the correctly rounded sum: a function of the summands.
 class ExactSum {
  public:
   ExactSum() { clear(); }
   void clear();
+  /// Follows the sum with the compensated double sum too (sum and mean).
+  void track(bool on) { track_ = on; }
   void add(double x) { put(x, false); }
   void remove(double x) { put(x, true); }
   /// The correctly rounded sum (+0.0 for an empty or cancelled sum).
@@ -101,9 +110,14 @@ class ExactSum {
   void normalise();
   /// The negated digits, normalised, into `neg`; returns the top non-zero one.
   int negated(std::int64_t* neg) const;
+  /// value() from the digits alone.
+  double exact_value();
   std::int64_t d_[digits];
   int lo_ = digits, hi_ = -1;  // digits in use
   std::uint32_t ops_ = 0;      // additions since the last carry propagation
+  bool track_ = false;
+  // The compensated sum s_ + c_, within err_ of the exact sum.
+  double s_ = 0, c_ = 0, err_ = 0;
 };
 
 /// The running kind's value computed afresh from a window that is not a

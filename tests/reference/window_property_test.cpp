@@ -445,6 +445,59 @@ RC_GTEST_PROP(OrderStatistics, SortedBlocksMatchASortOfTheWindow, ()) {
   }
 }
 
+// ExactSum's compensated fast path (track(true), used by sum and mean)
+// against the digits alone: after every addition or removal of a sliding
+// window of values built to be hard -- magnitudes from 1e-300 to 1e150,
+// sums at and next to halfway points (ties to even), sums that cancel to
+// nothing or to a tiny rest -- value() must be bit-identical to an
+// untracked ExactSum fed the same values. (Returning the compensated sum
+// without the bound's check fails here within the first few cases.)
+RC_GTEST_PROP(ExactSumProperty, CompensatedReadOutIsTheCorrectlyRoundedSum, ()) {
+  const int n = *rc::gen::inRange(1, 3000);
+  const auto width = static_cast<std::size_t>(*rc::gen::inRange(1, 200));
+  const int style = *rc::gen::inRange(0, 4);
+  std::uint64_t r = *rc::gen::arbitrary<std::uint64_t>() | 1;
+  auto next = [&] {
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    return r;
+  };
+  std::vector<double> v;
+  for (int i = 0; i < n; ++i) {
+    const auto pick = next() % 8;
+    const double sign = (next() & 1) ? 1.0 : -1.0;
+    double x;
+    if (style == 0 || pick == 0) {
+      // Sums at or next to a halfway point between doubles: 1 and 2 with
+      // their half-ulps (2^-53, 2^-54) and crumbs far below (2^-106...).
+      static constexpr int exps[] = {0, 1, 52, 53, 54, 106, 107, 160};
+      x = sign * std::ldexp(1.0 + static_cast<double>(next() % 2), -exps[next() % 8]);
+    }
+    else if (style == 1 || pick == 1)  // wide magnitudes
+      x = sign * std::ldexp(static_cast<double>(next() >> 11) + 1, static_cast<int>(next() % 1200) - 1050);
+    else if (style == 2 && pick < 4 && !v.empty())  // undo an earlier value: cancellation
+      x = -v[next() % v.size()];
+    else
+      x = sign * (static_cast<double>(next() >> 11) / 9007199254740992.0) * 1000;
+    if (!(std::abs(x) <= 1e150)) x = 1;
+    v.push_back(x);
+  }
+  vigil::interp::ExactSum fast, digits;
+  fast.track(true);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    fast.add(v[i]);
+    digits.add(v[i]);
+    if (i >= width) {
+      fast.remove(v[i - width]);
+      digits.remove(v[i - width]);
+    }
+    const double a = fast.value(), b = digits.value();
+    if (!same_bits(a, b))
+      RC_FAIL("after " + std::to_string(i) + ": compensated " + fmt17(a) + " vs digits " + fmt17(b));
+  }
+}
+
 TEST(RunningWindow, SumOfCancellingTermsStaysExact) {
   auto compiled = vigil::compile_string("rule r: when sum(x[3]) == sum(x[3]) cooldown 1 samples do log\n", "s.rules");
   ASSERT_TRUE(compiled.ok());
