@@ -1,10 +1,11 @@
 // Running windows (see window_state.hpp): the exact accumulator, the
-// monotonic deque, the order-statistic treap, and the per-function update
+// monotonic deque, the sorted blocks of order statistics, and the per-function update
 // and read-out. Must not touch anything but its arguments.
 #include "interp/window_state.hpp"
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -85,6 +86,13 @@ DoubleDouble co_centred(DoubleDouble sxy, DoubleDouble sx, DoubleDouble sy, doub
 constexpr std::int64_t wide_step = std::int64_t{1} << 40;
 
 DoubleDouble dd_of(__int128 v) {
+  constexpr __int128 small = static_cast<__int128>(1) << 62;
+  if (v > -small && v < small) {
+    // The common case in int64 (128-bit conversions are library calls).
+    const auto x = static_cast<std::int64_t>(v);
+    const auto hi = static_cast<double>(x);
+    return {hi, static_cast<double>(x - static_cast<std::int64_t>(hi))};
+  }
   const auto hi = static_cast<double>(v);
   return {hi, static_cast<double>(v - static_cast<__int128>(hi))};
 }
@@ -97,18 +105,6 @@ double standardised(double diff, double scale) {
 }
 
 bool same(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
-
-std::uint32_t priority(std::uint64_t k) {
-  // splitmix64: a fixed function of the sample number.
-  k += 0x9e3779b97f4a7c15ULL;
-  k = (k ^ (k >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  k = (k ^ (k >> 27)) * 0x94d049bb133111ebULL;
-  return static_cast<std::uint32_t>((k ^ (k >> 31)) >> 32);
-}
-
-bool key_less(double v, std::uint64_t k, double v2, std::uint64_t k2) {
-  return v < v2 || (v == v2 && k < k2);
-}
 
 }  // namespace
 
@@ -172,6 +168,7 @@ void ExactSum::clear() {
   lo_ = digits;
   hi_ = -1;
   ops_ = 0;
+  s_ = c_ = err_ = 0;
 }
 
 void ExactSum::put(double x, bool negate) {
@@ -203,6 +200,16 @@ void ExactSum::put(double x, bool negate) {
   }
   lo_ = std::min(lo_, i);
   hi_ = std::max(hi_, i + 2);
+  if (track_) {
+    // Neumaier: the rounding error of s_ + y is exact and goes into c_;
+    // adding it to c_ rounds by at most 2^-53 |c_| (2^-51 here also covers
+    // the rounding of err_'s own additions).
+    const double y = negate ? -x : x;
+    const double t = s_ + y;
+    c_ += std::abs(s_) >= std::abs(y) ? (s_ - t) + y : (y - t) + s_;
+    s_ = t;
+    err_ += std::abs(c_) * 0x1p-51;
+  }
   // Each digit moves by < 2^32 per call: 2^30 calls stay far from int64's range.
   if (++ops_ >= (1U << 30)) normalise();
 }
@@ -242,54 +249,90 @@ double digit_scale(int i) {
   return table[static_cast<std::size_t>(i)];
 }
 
-/// The top 96 bits of a normalised non-negative digit string (digits in
-/// [0, 2^32), the top one `top` non-zero), and whether any bit below them
-/// is set.
-struct Top96 {
-  unsigned __int128 bits;
-  bool sticky;
-};
-Top96 top96(const std::int64_t* d, int lo, int top) {
-  auto digit = [&](int i) {
-    return i >= lo ? static_cast<unsigned __int128>(static_cast<std::uint64_t>(d[i])) : 0;
-  };
-  const unsigned __int128 t = (digit(top) << 64) | (digit(top - 1) << 32) | digit(top - 2);
+/// Digit i of a normalised digit string whose lowest digit in use is `lo`.
+std::uint64_t digit_at(const std::int64_t* d, int lo, int i) {
+  return i >= lo ? static_cast<std::uint64_t>(d[i]) : 0;
+}
+
+/// Rounds the normalised non-negative digit string (top digit `top`
+/// non-zero) to the nearest double, ties to even: its top 96 bits cut to 62
+/// significant bits with a sticky bit for everything below (53 bits, a
+/// guard bit and a sticky bit round like the exact value), converted by the
+/// hardware's int64 -> double, which rounds to nearest even.
+double round_digits(const std::int64_t* d, int lo, int top) {
+  const unsigned __int128 t = (static_cast<unsigned __int128>(digit_at(d, lo, top)) << 64) |
+                              (static_cast<unsigned __int128>(digit_at(d, lo, top - 1)) << 32) |
+                              digit_at(d, lo, top - 2);
   bool sticky = false;
   for (int i = lo; i <= top - 3; ++i) sticky |= d[i] != 0;
-  return {t, sticky};
+  // The top bit is bit 95 - z; keep bits [shift, 96) with shift >= 3.
+  const int shift = 34 - std::countl_zero(static_cast<std::uint32_t>(d[top]));
+  sticky |= (t & ((static_cast<unsigned __int128>(1) << shift) - 1)) != 0;
+  const auto m = static_cast<std::int64_t>(static_cast<std::uint64_t>(t >> shift) | (sticky ? 1 : 0));
+  const double r = static_cast<double>(m);
+  // r * 2^(shift + 32 (top - 2) - 1074): exact wherever the result is normal.
+  if (top - 2 >= 1 && top - 2 < 64) return static_cast<double>(std::uint64_t{1} << (shift + 1)) * r * digit_scale(top - 2);
+  return std::ldexp(r, shift + 32 * (top - 2) - 1074);
 }
 
-/// Rounds the digit string to the nearest double, ties to even: the top 96
-/// bits, doubled, plus one for any bit below them (a sticky bit between the
-/// truncation and the next value up rounds like the exact value).
-double round_digits(const std::int64_t* d, int lo, int top) {
-  const Top96 t = top96(d, lo, top);
-  const unsigned __int128 twice = (t.bits << 1) | (t.sticky ? 1 : 0);
-  const double r = static_cast<double>(twice);
-  if (top - 2 >= 1 && top - 2 < 64) return r * digit_scale(top - 2);
-  return std::ldexp(r, 32 * (top - 2) - 1074 - 1);
-}
-
-/// hi + lo of the digit string: hi its top 96 bits rounded, lo what is
-/// left of them plus the next digit (about 2^-120 of the value).
+/// hi + lo of the digit string (top digit `top` non-zero): hi its top 96
+/// bits rounded, lo what is left of them plus the next digit (about 2^-97
+/// of the value at worst, when the top digit is 1). The same pair as a
+/// 128-bit conversion gives, without its library calls.
 DoubleDouble dd_digits(const std::int64_t* d, int lo, int top) {
-  const Top96 t = top96(d, lo, top);
-  const double hi = static_cast<double>(t.bits);
-  // hi <= 2^96 is an integer: the remainder is exact and small.
-  const auto rest = static_cast<__int128>(t.bits) - static_cast<__int128>(static_cast<unsigned __int128>(hi));
+  // d_top 2^64 >= 2^64 > d_top-1 2^32: a fast two-sum is exact, and its
+  // error is an integer below 2^43, so adding digit top - 2 is exact too;
+  // a second one gives hi = the top 96 bits rounded and their exact rest,
+  // small enough to take the next digit without rounding away its bits
+  // (adding that digit before hi absorbs the top ones would, when the top
+  // digit is small).
+  const DoubleDouble s = fast_two_sum(static_cast<double>(digit_at(d, lo, top)) * 0x1p64,
+                                      static_cast<double>(digit_at(d, lo, top - 1)) * 0x1p32);
+  const DoubleDouble v = fast_two_sum(s.hi, s.lo + static_cast<double>(digit_at(d, lo, top - 2)));
   const double below = top - 3 >= lo ? static_cast<double>(d[top - 3]) * 0x1p-32 : 0.0;
-  const double rem = static_cast<double>(rest) + below;
+  const double rem = v.lo + below;
   if (top - 2 >= 1 && top - 2 < 64) {
-    const double scale = digit_scale(top - 2) * 2;  // no sticky shift here
-    return fast_two_sum(hi * scale, rem * scale);
+    const double scale = digit_scale(top - 2) * 2;
+    return fast_two_sum(v.hi * scale, rem * scale);
   }
   const int e = 32 * (top - 2) - 1074;
-  return fast_two_sum(std::ldexp(hi, e), std::ldexp(rem, e));
+  return fast_two_sum(std::ldexp(v.hi, e), std::ldexp(rem, e));
 }
 
 }  // namespace
 
 double ExactSum::value() {
+  if (track_) {
+    const double r = s_ + c_;
+    if (r == 0 && err_ == 0) return 0.0;  // the exact sum is 0
+    const double ar = std::abs(r);
+    // Sterbenz: with |c_| <= |s_| / 2, r is within a factor 2 of s_ and
+    // s_ - r is exact; d = s_ + c_ - r then rounds by at most 2^-53 |d|.
+    if (ar >= 0x1p-960 && ar <= 0x1p960 && std::abs(c_) <= std::abs(s_) / 2) {
+      const double d = (s_ - r) + c_;
+      // Half the gap from |r| to its neighbour towards zero (the smaller
+      // one): an exact sum strictly closer to r than that rounds to r.
+      std::uint64_t bits;
+      std::memcpy(&bits, &ar, sizeof bits);
+      --bits;
+      double below;
+      std::memcpy(&below, &bits, sizeof below);
+      if (std::abs(d) * (1 + 0x1p-51) + err_ < (ar - below) * 0.5) return r;
+    }
+    // Undecided: the digits, and the compensated sum re-seeded from them
+    // (value_dd is within 2^-97 of the sum where it is this large).
+    const double exact = exact_value();
+    const DoubleDouble dd = value_dd();
+    s_ = dd.hi;
+    c_ = dd.lo;
+    const double a = std::abs(dd.hi);
+    err_ = a == 0 ? 0 : a >= 0x1p-900 && a <= 0x1p900 ? a * 0x1p-90 : inf;
+    return exact;
+  }
+  return exact_value();
+}
+
+double ExactSum::exact_value() {
   normalise();
   if (hi_ < lo_) return 0.0;
   if (d_[hi_] > 0) return round_digits(d_, lo_, hi_);
@@ -342,101 +385,163 @@ void RunningWindow::Deque::expire(std::uint64_t lo) {
   }
 }
 
-// ---- Tree ---------------------------------------------------------------------
+// ---- Sorted -------------------------------------------------------------------
 
-void RunningWindow::Tree::clear() {
-  pool.clear();
-  free.clear();
-  root = -1;
+namespace {
+
+bool same_bits(double a, double b) {
+  std::uint64_t x, y;
+  std::memcpy(&x, &a, sizeof x);
+  std::memcpy(&y, &b, sizeof y);
+  return x == y;
 }
 
-void RunningWindow::Tree::split(std::int32_t t, double v, std::uint64_t k, std::int32_t& a,
-                                std::int32_t& b) {
-  if (t < 0) {
-    a = b = -1;
+/// std::upper_bound (Upper) or std::lower_bound over a[0, n) without a
+/// branch per step (the comparisons are unpredictable: a branchy search
+/// mispredicts about half of them): the halving compiles to a cmov.
+template <bool Upper>
+std::size_t bound(const double* a, std::size_t n, double v) {
+  if (n == 0) return 0;
+  const double* base = a;
+  while (n > 1) {
+    const std::size_t half = n / 2;
+    const bool right = Upper ? !(v < base[half - 1]) : base[half - 1] < v;
+    base = right ? base + half : base;
+    n -= half;
+  }
+  const bool after = Upper ? !(v < *base) : *base < v;
+  return static_cast<std::size_t>(base - a) + (after ? 1 : 0);
+}
+
+}  // namespace
+
+void RunningWindow::Sorted::clear() {
+  // Keeps every buffer's capacity: refilling allocates nothing.
+  for (std::uint32_t b : order) free.push_back(b);
+  order.clear();
+  count.clear();
+  last.clear();
+  n = 0;
+}
+
+void RunningWindow::Sorted::reserve_for(std::uint32_t values) {
+  // 4 n / cap + 1 blocks at most (see the header), and one spare for a split.
+  // Below `cap` values one block holds them all (no split before it is full).
+  const std::uint32_t want = std::max<std::uint32_t>(8, values);
+  const std::size_t blocks = want < cap ? 1 : 4 * std::size_t{want} / cap + 2;
+  const std::size_t had = data.size() / cap;
+  if (blocks > had) {
+    data.resize(blocks * cap);
+    free.reserve(blocks);
+    for (std::size_t b = blocks; b-- > had;) free.push_back(static_cast<std::uint32_t>(b));
+    order.reserve(blocks);
+    count.reserve(blocks);
+    last.reserve(blocks);
+  }
+  reserved = want;
+}
+
+void RunningWindow::Sorted::insert(double v) {
+  // Grows by a quarter: the worst-case reservation is already 4x the values.
+  if (n + 1 > reserved) reserve_for(n + 1 + n / 4);
+  ++n;
+  if (order.empty()) {
+    order.push_back(free.back());
+    free.pop_back();
+    count.push_back(1);
+    last.push_back(v);
+    block(0)[0] = v;
     return;
   }
-  if (key_less(pool[t].v, pool[t].k, v, k)) {
-    split(pool[t].r, v, k, pool[t].r, b);
-    a = t;
-  } else {
-    split(pool[t].l, v, k, a, pool[t].l);
-    b = t;
-  }
-  pull(t);
-}
-
-std::int32_t RunningWindow::Tree::merge(std::int32_t a, std::int32_t b) {
-  if (a < 0) return b;
-  if (b < 0) return a;
-  if (pool[a].prio > pool[b].prio) {
-    pool[a].r = merge(pool[a].r, b);
-    pull(a);
-    return a;
-  }
-  pool[b].l = merge(a, pool[b].l);
-  pull(b);
-  return b;
-}
-
-void RunningWindow::Tree::insert(double v, std::uint64_t k) {
-  std::int32_t x;
-  if (!free.empty()) {
-    x = free.back();
+  // The first block whose largest value is above v (ties go after their
+  // equals: insertion order), else the last block.
+  std::size_t i = bound<true>(last.data(), last.size(), v);
+  if (i == last.size()) --i;
+  if (count[i] == cap) {
+    // Full: its upper half becomes a new block after it.
+    const std::uint32_t nb = free.back();
     free.pop_back();
-  } else {
-    x = static_cast<std::int32_t>(pool.size());
-    pool.emplace_back();
-    // Room for every node on the free list: erasing never allocates.
-    if (free.capacity() < pool.capacity()) free.reserve(pool.capacity());
+    double* from = block(i) + cap / 2;
+    std::copy(from, from + cap / 2, &data[std::size_t{nb} * cap]);
+    order.insert(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, nb);
+    count.insert(count.begin() + static_cast<std::ptrdiff_t>(i) + 1, cap / 2);
+    last.insert(last.begin() + static_cast<std::ptrdiff_t>(i) + 1, last[i]);
+    count[i] = cap / 2;
+    last[i] = block(i)[cap / 2 - 1];
+    if (!(v < last[i])) ++i;
   }
-  pool[x] = {v, k, priority(k), 1, -1, -1};
-  std::int32_t a, b;
-  split(root, v, k, a, b);
-  root = merge(merge(a, x), b);
+  double* vals = block(i);
+  double* pos = vals + bound<true>(vals, count[i], v);
+  std::copy_backward(pos, vals + count[i], vals + count[i] + 1);
+  *pos = v;
+  ++count[i];
+  last[i] = vals[count[i] - 1];
 }
 
-std::int32_t RunningWindow::Tree::erase_at(std::int32_t t, double v, std::uint64_t k) {
-  if (t < 0) return t;  // not held (cannot happen: removals mirror insertions)
-  Node& n = pool[t];
-  if (n.v == v && n.k == k) {
-    free.push_back(t);
-    return merge(n.l, n.r);
-  }
-  if (key_less(v, k, n.v, n.k))
-    pool[t].l = erase_at(n.l, v, k);
-  else
-    pool[t].r = erase_at(n.r, v, k);
-  pull(t);
-  return t;
+void RunningWindow::Sorted::drop(std::size_t i) {
+  free.push_back(order[i]);
+  order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
+  count.erase(count.begin() + static_cast<std::ptrdiff_t>(i));
+  last.erase(last.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
-void RunningWindow::Tree::erase(double v, std::uint64_t k) { root = erase_at(root, v, k); }
-
-double RunningWindow::Tree::kth(std::uint32_t i) const {
-  std::int32_t t = root;
-  while (t >= 0) {
-    const std::uint32_t left = sz(pool[t].l);
-    if (i < left) {
-      t = pool[t].l;
-    } else if (i == left) {
-      return pool[t].v;
-    } else {
-      i -= left + 1;
-      t = pool[t].r;
-    }
-  }
-  return nan;
+void RunningWindow::Sorted::merge_into(std::size_t i) {
+  const double* from = block(i + 1);
+  std::copy(from, from + count[i + 1], block(i) + count[i]);
+  count[i] += count[i + 1];
+  last[i] = last[i + 1];
+  count[i + 1] = 0;
+  drop(i + 1);
 }
 
-double RunningWindow::Tree::quantile(std::uint32_t n, double q) const {
+void RunningWindow::Sorted::erase(double v) {
+  // The first block that can hold v, then the oldest value with v's bits
+  // (ties are in insertion order; only +-0 differ in bits among equals).
+  std::size_t i = bound<false>(last.data(), last.size(), v);
+  std::uint32_t at = 0;
+  for (; i < order.size(); ++i) {
+    const double* vals = block(i);
+    at = static_cast<std::uint32_t>(bound<false>(vals, count[i], v));
+    while (at < count[i] && vals[at] == v && !same_bits(vals[at], v)) ++at;
+    if (at < count[i]) break;
+  }
+  if (i == order.size() || !same_bits(block(i)[at], v)) return;  // not held: cannot happen
+  double* vals = block(i);
+  std::copy(vals + at + 1, vals + count[i], vals + at);
+  --count[i];
+  --n;
+  if (count[i] == 0) {
+    drop(i);
+    return;
+  }
+  last[i] = vals[count[i] - 1];
+  // Keep every two neighbours above half a block (this bounds the blocks).
+  if (i > 0 && count[i - 1] + count[i] <= cap / 2) merge_into(--i);
+  if (i + 1 < order.size() && count[i] + count[i + 1] <= cap / 2) merge_into(i);
+}
+
+std::pair<std::size_t, std::uint32_t> RunningWindow::Sorted::locate(std::uint32_t r) const {
+  // From whichever end is nearer.
+  if (r < n / 2) {
+    std::size_t i = 0;
+    while (r >= count[i]) r -= count[i++];
+    return {i, r};
+  }
+  std::uint32_t above = n - 1 - r;  // values above rank r
+  std::size_t i = order.size() - 1;
+  while (above >= count[i]) above -= count[i--];
+  return {i, count[i] - 1 - above};
+}
+
+double RunningWindow::Sorted::quantile(double q) const {
   // stdlib's quantile_of: linear interpolation between closest ranks.
   if (n == 0 || std::isnan(q) || q < 0 || q > 1) return nan;
   const double h = (static_cast<double>(n) - 1) * q;
   const auto lo = static_cast<std::uint32_t>(std::floor(h));
-  const double at_lo = kth(lo);
+  const auto [i, at] = locate(lo);
+  const double at_lo = block(i)[at];
   if (lo + 1 >= n || h == static_cast<double>(lo)) return at_lo;
-  const double next = kth(lo + 1);
+  const double next = at + 1 < count[i] ? block(i)[at + 1] : block(i + 1)[0];
   return at_lo + (h - static_cast<double>(lo)) * (next - at_lo);
 }
 
@@ -445,6 +550,7 @@ double RunningWindow::Tree::quantile(std::uint32_t n, double q) const {
 void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, std::uint64_t hi) {
   if (valid_) ++rebuilds_;
   valid_ = true;
+  kind_ = kind;
   lo_ = hi_ = lo;
   nans_ = specials_ = trues_ = changes_ = 0;
   vchange_ = schange_ = lo;
@@ -453,122 +559,93 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
   sd_ = sdd_ = 0;
   k0_ = lo < hi ? h.step[h.phys(lo)] : 0;  // the origin of a slope's steps
   if (sums_.size() != sums_for(kind)) sums_.resize(sums_for(kind));
-  for (auto& s : sums_) s.clear();
+  for (auto& s : sums_) {
+    s.clear();
+    s.track(kind == RunKind::sum || kind == RunKind::mean);
+  }
   deque_.clear();
   // The pool keeps its capacity: clear() then re-inserting allocates nothing.
-  tree_.clear();
-  for (std::uint64_t k = lo; k < hi; ++k) add(kind, h, k);
+  sorted_.clear();
+  for (std::uint64_t k = lo; k < hi; ++k) move<true>(kind, h, k);
 }
 
-void RunningWindow::add(RunKind kind, const History& h, std::uint64_t k) {
+template <bool Add>
+void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
   const std::size_t p = h.phys(k);
   const double v = h.value[p];
-  // Neighbour comparisons only for the kinds that read them.
-  const bool pairs = kind == RunKind::changes || kind == RunKind::var ||
-                     kind == RunKind::std_dev || kind == RunKind::zscore || kind == RunKind::slope;
-  if (pairs) {
-    if (k != lo_) {  // the window was not empty
-      const std::size_t q = h.phys(k - 1);
-      if (!same(h.value[q], v)) {
-        ++changes_;
-        vchange_ = k;
+  constexpr std::int64_t sign = Add ? 1 : -1;
+  if constexpr (Add) {
+    // Neighbour comparisons only for the kinds that read them.
+    const bool pairs = kind == RunKind::changes || kind == RunKind::var ||
+                       kind == RunKind::std_dev || kind == RunKind::zscore || kind == RunKind::slope;
+    if (pairs) {
+      if (k != lo_) {  // the window was not empty
+        const std::size_t q = h.phys(k - 1);
+        if (!same(h.value[q], v)) {
+          ++changes_;
+          vchange_ = k;
+        }
+        if (h.step[q] != h.step[p]) schange_ = k;
+      } else {
+        vchange_ = schange_ = k;
       }
-      if (h.step[q] != h.step[p]) schange_ = k;
-    } else {
-      vchange_ = schange_ = k;
     }
+    hi_ = k + 1;
+  } else {
+    if (kind == RunKind::changes && k + 1 < hi_ && !same(v, h.value[h.phys(k + 1)])) --changes_;
+    lo_ = k + 1;
   }
-  hi_ = k + 1;
   const bool is_nan = std::isnan(v);
-  nans_ += is_nan;
-  trues_ += (v != 0) & !is_nan;
+  nans_ += sign * is_nan;
+  trues_ += sign * ((v != 0) & !is_nan);
   if (is_nan) return;
   const bool special = !(std::abs(v) <= special_above);
-  specials_ += special;
+  specials_ += sign * special;
+  auto put = [](ExactSum& s, double x) {
+    if constexpr (Add) s.add(x);
+    else s.remove(x);
+  };
   switch (kind) {
-    case RunKind::min: deque_.push(v, k, false); break;
-    case RunKind::max: deque_.push(v, k, true); break;
+    case RunKind::min:
+    case RunKind::max:
+      if constexpr (Add) deque_.push(v, k, kind == RunKind::max);
+      break;  // deques expire lazily
     case RunKind::median:
     case RunKind::quantile:
-    case RunKind::iqr_outlier: tree_.insert(v, k); break;
+    case RunKind::iqr_outlier:
+      if constexpr (Add) sorted_.insert(v);
+      else sorted_.erase(v);
+      break;
     case RunKind::sum:
     case RunKind::mean:
-      if (!special) sums_[0].add(v);
+      if (!special) put(sums_[0], v);
       break;
     case RunKind::var:
     case RunKind::std_dev:
     case RunKind::zscore:
       if (!special) {
-        sums_[0].add(v);
+        put(sums_[0], v);
         const DoubleDouble sq = two_prod(v, v);
-        sums_[1].add(sq.hi);
-        sums_[1].add(sq.lo);
+        put(sums_[1], sq.hi);
+        put(sums_[1], sq.lo);
       }
       break;
     case RunKind::slope:
       if (!special) {
         std::int64_t d;
         if (__builtin_sub_overflow(h.step[p], k0_, &d) || d <= -wide_step || d >= wide_step) {
-          ++wide_;
+          wide_ += sign;
           break;
         }
-        sums_[0].add(v);
-        sd_ += d;
-        sdd_ += static_cast<__int128>(d) * d;
+        put(sums_[0], v);
+        sd_ += sign * d;
+        sdd_ += sign * (static_cast<__int128>(d) * d);
         const DoubleDouble dy = two_prod(static_cast<double>(d), v);
-        sums_[1].add(dy.hi);
-        sums_[1].add(dy.lo);
+        put(sums_[1], dy.hi);
+        put(sums_[1], dy.lo);
       }
       break;
     default: break;
-  }
-}
-
-void RunningWindow::remove(RunKind kind, const History& h, std::uint64_t k) {
-  const std::size_t p = h.phys(k);
-  const double v = h.value[p];
-  if (kind == RunKind::changes && k + 1 < hi_ && !same(v, h.value[h.phys(k + 1)])) --changes_;
-  lo_ = k + 1;
-  const bool is_nan = std::isnan(v);
-  nans_ -= is_nan;
-  trues_ -= (v != 0) & !is_nan;
-  if (is_nan) return;
-  const bool special = !(std::abs(v) <= special_above);
-  specials_ -= special;
-  switch (kind) {
-    case RunKind::median:
-    case RunKind::quantile:
-    case RunKind::iqr_outlier: tree_.erase(v, k); break;
-    case RunKind::sum:
-    case RunKind::mean:
-      if (!special) sums_[0].remove(v);
-      break;
-    case RunKind::var:
-    case RunKind::std_dev:
-    case RunKind::zscore:
-      if (!special) {
-        sums_[0].remove(v);
-        const DoubleDouble sq = two_prod(v, v);
-        sums_[1].remove(sq.hi);
-        sums_[1].remove(sq.lo);
-      }
-      break;
-    case RunKind::slope:
-      if (!special) {
-        std::int64_t d;
-        if (__builtin_sub_overflow(h.step[p], k0_, &d) || d <= -wide_step || d >= wide_step) {
-          --wide_;
-          break;
-        }
-        sums_[0].remove(v);
-        sd_ -= d;
-        sdd_ -= static_cast<__int128>(d) * d;
-        const DoubleDouble dy = two_prod(static_cast<double>(d), v);
-        sums_[1].remove(dy.hi);
-        sums_[1].remove(dy.lo);
-      }
-      break;
-    default: break;  // deques expire lazily
   }
 }
 
@@ -578,17 +655,19 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
   // A slope re-centres its steps once the window has moved on by its own
   // length (amortised O(1)): the origin stays near the window.
   const bool recentre = kind == RunKind::slope && removed_ > std::max<std::uint64_t>(64, 2 * (hi - lo));
-  if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() ||
-      sums_.size() != sums_for(kind) || recentre) {
+  if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() || kind != kind_ ||
+      recentre) {
     rebuild(kind, h, lo, end);
   } else {
-    for (std::uint64_t k = hi_; k < end; ++k) add(kind, h, k);
-    for (std::uint64_t k = lo_; k < lo; ++k) remove(kind, h, k);
+    for (std::uint64_t k = hi_; k < end; ++k) move<true>(kind, h, k);
+    for (std::uint64_t k = lo_; k < lo; ++k) move<false>(kind, h, k);
     removed_ += lo - lo_;
     lo_ = lo;
     if (kind == RunKind::min || kind == RunKind::max) deque_.expire(lo);
   }
-  const double latest = h.value[h.phys(hi - 1)];
+  // Read only by the kinds that need it (a load and an index computation
+  // the others should not pay for).
+  auto newest = [&] { return h.value[h.phys(hi - 1)]; };
   const auto n = static_cast<double>(hi_ - lo_);
   switch (kind) {
     case RunKind::none: return std::nullopt;
@@ -610,16 +689,16 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       const double var = variance_of(sums_[0], sums_[1], n, vchange_ <= lo_);
       return kind == RunKind::var ? var : std::sqrt(var);
     }
-    case RunKind::median: return nans_ ? nan : tree_.quantile(static_cast<std::uint32_t>(n), 0.5);
+    case RunKind::median: return nans_ ? nan : sorted_.quantile(0.5);
     case RunKind::quantile:
-      return nans_ ? nan : tree_.quantile(static_cast<std::uint32_t>(n), consts[0]);
+      return nans_ ? nan : sorted_.quantile(consts[0]);
     case RunKind::delta:
       if (nans_) return nan;
-      return latest - h.value[h.phys(lo_)];
+      return newest() - h.value[h.phys(lo_)];
     case RunKind::rel_change: {
       if (nans_) return nan;
       const double first = h.value[h.phys(lo_)];
-      return (latest - first) / std::abs(first);
+      return (newest() - first) / std::abs(first);
     }
     case RunKind::slope:
       if (nans_) return nan;
@@ -628,14 +707,16 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       return slope_of(sd_, sdd_, sums_[0], sums_[1], n);
     case RunKind::changes: return static_cast<double>(changes_);
     case RunKind::any_nan: return nans_ ? 1 : 0;
-    case RunKind::zscore:
+    case RunKind::zscore: {
+      const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
       if (specials_ || !(std::abs(latest) <= special_above)) return std::nullopt;
       return zscore_of(sums_[0], sums_[1], n, vchange_ <= lo_, latest);
+    }
     case RunKind::iqr_outlier: {
+      const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
-      const auto m = static_cast<std::uint32_t>(n);
-      const double q1 = tree_.quantile(m, 0.25), q3 = tree_.quantile(m, 0.75);
+      const double q1 = sorted_.quantile(0.25), q3 = sorted_.quantile(0.75);
       const double iqr = q3 - q1;
       return (latest < q1 - consts[0] * iqr || latest > q3 + consts[0] * iqr) ? 1 : 0;
     }
