@@ -271,6 +271,7 @@ void transfer(A& a, S& s, const interp::Plan& plan) {
     a.pod(rs.every_step);
     a.pod(rs.every_time);
     a.pod(rs.every_epoch);
+    if constexpr (A::reading) rs.count_running();
   }
 }
 

@@ -137,8 +137,9 @@ std::optional<double> decision_value(const PlanRule& pr, const Executor& exec, s
 
 }  // namespace
 
-bool RuleState::pending() const {
-  return std::any_of(elems.begin(), elems.end(), [](const ElemState& e) { return e.run > 0; });
+void RuleState::count_running() {
+  running = static_cast<std::size_t>(
+      std::count_if(elems.begin(), elems.end(), [](const ElemState& e) { return e.run > 0; }));
 }
 
 void advance_rule(const PlanRule& pr, RuleState& rs, const Column& root, const RuleClock& clock,
@@ -174,11 +175,13 @@ void advance_rule(const PlanRule& pr, RuleState& rs, const Column& root, const R
     ++e.evals;
     const double v = root.values[i];
     if (!(v != 0) || std::isnan(v)) {
+      if (e.run > 0) --rs.running;
       e.run = 0;
       e.fired = false;
       continue;
     }
     if (++e.run == 1) {
+      ++rs.running;
       e.first_step = clock.step;
       e.first_time = clock.time;
       e.first_epoch = clock.epoch;

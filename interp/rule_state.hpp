@@ -39,9 +39,15 @@ struct RuleState {
   std::int64_t every_step = 0;
   double every_time = std::numeric_limits<double>::quiet_NaN();
   double every_epoch = std::numeric_limits<double>::quiet_NaN();
+  /// How many elements are in a run (run > 0): pending() is O(1), not a
+  /// scan of every label set (hosts ask at every step). Not saved: restore
+  /// recounts it (count_running).
+  std::size_t running = 0;
 
   /// Some element is in a run of true evaluations (pending or firing).
-  [[nodiscard]] bool pending() const;
+  [[nodiscard]] bool pending() const { return running > 0; }
+  /// Recounts `running` from the elements.
+  void count_running();
 };
 
 /// What a rule is evaluated at.
