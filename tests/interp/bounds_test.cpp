@@ -113,10 +113,8 @@ int feed_new_label_sets(vigil::Engine& e, int n) {
 
 TEST(LabelSets, NewLabelSetsCostLinearTime) {
   // Interning a label set is O(1) amortised: 8x the label sets may cost at
-  // most ~8x (here: 30x, for noise), not the 64x of a quadratic. (An
-  // observation still evaluates a rule over every label set held, so a
-  // trace bringing one new label set per step costs O(label sets) per step:
-  // docs/limits.md, and what max_label_sets bounds.)
+  // most ~8x (here: 30x, for noise), not the 64x of a quadratic. (One new
+  // label set per step: ANewLabelSetPerStepCostsLinearTime below.)
   const auto prog = vigil::compile_string("rule r: when x > 2 do log\n");
   ASSERT_TRUE(prog.ok());
   auto run = [&](int n) {
