@@ -30,27 +30,38 @@ void Engine::Impl::ingest(const Sample& smp) {
   }
   interp::push(h, s.need, smp.value, state.clock);
   s.stamp = state.obs;
-  for (const auto sel : s.selectors) store.selector_stamp[sel] = state.obs;
+  for (const auto sel : s.selectors) {
+    if (store.selector_stamp[sel] != state.obs) {
+      store.selector_stamp[sel] = state.obs;
+      store.selector_fresh[sel].clear();
+    }
+    store.selector_fresh[sel].push_back(smp.series);
+  }
   if (store.epoch_series && *store.epoch_series == smp.series) state.epoch = smp.value;
 }
 
 void Engine::Impl::evaluate_rules() {
   const auto& store = state.store;
-  // Room for every rule to fire for every label set at once, so the
-  // observation where everything goes wrong does not allocate.
+  // Room for every rule to fire for every element of its condition at once,
+  // so the observation where everything goes wrong does not allocate (and a
+  // rule over `loss` does not reserve for the label sets of other series).
   // Grown geometrically: reserving exactly `room` when one new label set
   // arrives per observation copied every firing slot each time (quadratic).
-  const std::size_t room = plan->rules.size() * store.labelsets.size();
+  std::size_t room = 0, widest = 0;
+  for (const auto& pr : plan->rules) {
+    const std::size_t n = state.exec.column(pr.root).values.size();
+    room += n;
+    widest = std::max(widest, n);
+  }
   if (firings.capacity() < room) firings.reserve(std::max(room, 2 * firings.capacity()));
-  if (hits.capacity() < store.labelsets.size())
-    hits.reserve(std::max(store.labelsets.size(), 2 * hits.capacity()));
+  if (hits.capacity() < widest) hits.reserve(std::max(widest, 2 * hits.capacity()));
   const interp::RuleClock clock{state.obs,        state.clock.step, state.clock.time,
                                 state.first_time, state.epoch,      store.modes[state.clock.mode]};
   for (std::size_t ri = 0; ri < plan->rules.size(); ++ri) {
     const auto& pr = plan->rules[ri];
     hits.clear();
-    interp::advance_rule(pr, state.rules[ri], state.exec.column(pr.root), clock,
-                         store.labelsets.size(), hits);
+    interp::advance_rule(pr, state.rules[ri], state.exec.column(pr.root), clock, hits,
+                         fresh_elements);
     if (hits.empty()) continue;
     const RuleInfo& info = program.rules()[ri];
     const std::size_t first_firing = firings.size();
@@ -183,7 +194,9 @@ std::span<const Firing> Engine::observe(std::int64_t step, std::span<const Sampl
 }
 
 std::optional<TensorId> Engine::tensor(std::string_view key) {
-  return impl_->state.store.intern_tensor(key);
+  auto id = impl_->state.store.intern_tensor(key);
+  impl_->state.stats.label_limit_drops = impl_->state.store.label_limit_drops;
+  return id;
 }
 
 void Engine::record(std::function<void(const Observation&)> recorder) {

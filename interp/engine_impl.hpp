@@ -83,6 +83,7 @@ struct Engine::Impl {
   interp::TensorFeed feed;
   std::vector<Sample> with_tensors;  // samples + derived stats of one observe
   std::vector<interp::RuleHit> hits;
+  std::vector<std::size_t> fresh_elements;  // advance_rule's scratch
   std::vector<Firing> firings;  // of the latest observe
   Observation recorded;         // reused by the recorder
 };

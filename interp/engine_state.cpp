@@ -133,9 +133,14 @@ void transfer_by_label(A& a, V& by_label, const std::vector<std::uint32_t>& labe
   if constexpr (A::reading) {
     V saved;
     a.vec(saved);
-    by_label.assign(label_count, {});
     if (saved.size() > label_map.size()) corrupt("label state");
-    for (std::size_t i = 0; i < saved.size(); ++i) by_label[label_map[i]] = saved[i];
+    // As far as the largest label held (the state is kept by label id up to
+    // the largest one evaluated, not for every label set of the engine).
+    std::size_t size = 0;
+    for (std::size_t i = 0; i < saved.size(); ++i) size = std::max<std::size_t>(size, label_map[i] + 1);
+    by_label.assign(std::min(size, label_count), {});
+    for (std::size_t i = 0; i < saved.size(); ++i)
+      if (label_map[i] < by_label.size()) by_label[label_map[i]] = saved[i];
   } else {
     a.vec(by_label);
   }
@@ -203,7 +208,7 @@ void transfer(A& a, S& s, const interp::Plan& plan) {
     if constexpr (A::reading) {
       std::string key;
       a.str(key);
-      auto interned = store.intern_tensor(key);
+      auto interned = store.intern_tensor(key, false);
       if (!interned) corrupt("tensors");
       id = *interned;
     } else {
@@ -266,6 +271,7 @@ void transfer(A& a, S& s, const interp::Plan& plan) {
     a.pod(rs.every_step);
     a.pod(rs.every_time);
     a.pod(rs.every_epoch);
+    if constexpr (A::reading) rs.count_running();
   }
 }
 
@@ -290,7 +296,7 @@ void Engine::Impl::restore(std::string_view bytes) {
   for (SeriesId id = 0; id < state.store.series.size(); ++id)
     fresh.store.intern_rule_series(state.store.key(id));
   for (const auto& t : state.store.tensors)
-    fresh.store.intern_tensor(format_series_key(t.name, t.labels));
+    fresh.store.intern_tensor(format_series_key(t.name, t.labels), false);
   transfer(r, fresh, *plan);
   if (!r.in.empty()) throw Error("engine state has trailing bytes");
   fresh.exec.force_all();

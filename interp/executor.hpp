@@ -22,11 +22,22 @@
 namespace vigil::interp {
 
 /// One node's value: a column of (label set, value) sorted by label set id.
+///
+/// A column is kept from one observation to the next and updated where its
+/// inputs changed (executor.cpp, "sparse"): at observation `computed`,
+/// either every element may have changed (`full`: it was recomputed whole),
+/// or only the elements whose labels are in `delta` changed, appeared or
+/// disappeared. Fresh elements are always among the changed ones. So an
+/// observation that brings one new label set costs O(1) (amortised, plus
+/// log of the label sets held) per node, not a pass over every label set.
 struct Column {
   std::vector<std::uint32_t> labels;
   std::vector<double> values;
   std::vector<std::uint8_t> fresh;  // computed from a sample of this observation
   std::uint64_t computed = 0;       // observation number of the last computation
+  bool full = true;                 // at `computed`: recomputed whole
+  bool was_lone = false;            // lone (see Executor::lone) before `computed`
+  std::vector<std::uint32_t> delta;  // not full: the labels changed at `computed`, sorted
   void clear() {
     labels.clear();
     values.clear();
@@ -94,9 +105,32 @@ class Executor {
   }
   void copy_fresh(std::uint32_t in, Column& out) const;
 
+  // Sparse updates (executor.cpp): a node whose inputs changed at a few
+  // label sets recomputes those elements only.
+  /// One element's new state.
+  struct Update {
+    std::uint32_t label;
+    double value;
+    bool present, fresh;
+  };
+  /// Updates node `id` at the labels that changed in its inputs; false when
+  /// it must be recomputed whole (nothing changed then).
+  bool sparse(std::uint32_t id, const PlanNode& n, Column& out);
+  /// The changed labels of input `in` at this observation (none if it was
+  /// not recomputed); false if it was recomputed whole.
+  bool input_delta(std::uint32_t in, bool fresh_only);
+  /// Element `label` of node n computed from its inputs' elements.
+  void sparse_element(std::uint32_t id, const PlanNode& n, std::uint32_t label);
+  void sparse_elementwise(const PlanNode& n, std::uint32_t label);
+  void apply(Column& out);
+  /// The index of `label` in `c`, or npos.
+  static std::size_t find(const Column& c, std::uint32_t label);
+  /// The member of `selector` with label set `label`, or nullopt.
+  [[nodiscard]] std::optional<std::size_t> member(std::uint32_t selector, std::uint32_t label) const;
+
   // executor.cpp
   void eval_selector(const PlanNode& n, Column& out);
-  void eval_fallback(const PlanNode& n, Column& out);
+  void eval_fallback(std::uint32_t id, const PlanNode& n, Column& out);
   void eval_aggregate(const PlanNode& n, Column& out);
   void eval_stateful(std::uint32_t id, const PlanNode& n, Column& out);
   // execute_range.cpp
@@ -126,6 +160,13 @@ class Executor {
   std::vector<RunKind> run_kind_;
   std::vector<std::vector<RunningWindow>> running_;
   std::vector<std::vector<SeriesId>> running_ids_;
+  /// Per default() node: the input its column was taken from (no_node: none yet).
+  std::vector<std::uint32_t> fallback_from_;
+  // Sparse scratch: the changed labels, the updates, a one-element column
+  // (reduce() writes into a column) and the merge target.
+  std::vector<std::uint32_t> changed_;
+  std::vector<Update> updates_;
+  Column one_, merged_;
 };
 
 }  // namespace vigil::interp

@@ -137,30 +137,51 @@ std::optional<double> decision_value(const PlanRule& pr, const Executor& exec, s
 
 }  // namespace
 
-bool RuleState::pending() const {
-  return std::any_of(elems.begin(), elems.end(), [](const ElemState& e) { return e.run > 0; });
+void RuleState::count_running() {
+  running = static_cast<std::size_t>(
+      std::count_if(elems.begin(), elems.end(), [](const ElemState& e) { return e.run > 0; }));
 }
 
 void advance_rule(const PlanRule& pr, RuleState& rs, const Column& root, const RuleClock& clock,
-                  std::size_t label_count, std::vector<RuleHit>& hits) {
+                  std::vector<RuleHit>& hits,
+                  std::vector<std::size_t>& fresh) {
   const ir::Rule& r = pr.rule;
   if (!r.info.mode.empty() && r.info.mode != clock.mode) return;
   if (root.computed != clock.obs) return;
-  if (std::none_of(root.fresh.begin(), root.fresh.end(), [](auto f) { return f != 0; })) return;
+  // The fresh elements: among the changed ones when the column was updated
+  // in place (executor.hpp), so a rule over many label sets costs what
+  // changed, not what it holds.
+  fresh.clear();
+  if (root.full) {
+    for (std::size_t i = 0; i < root.values.size(); ++i)
+      if (root.fresh[i]) fresh.push_back(i);
+  } else {
+    for (auto l : root.delta) {
+      auto it = std::lower_bound(root.labels.begin(), root.labels.end(), l);
+      if (it == root.labels.end() || *it != l) continue;
+      const auto i = static_cast<std::size_t>(it - root.labels.begin());
+      if (root.fresh[i]) fresh.push_back(i);
+    }
+  }
+  if (fresh.empty()) return;
   if (!gate(r, rs, clock)) return;
-  if (rs.elems.size() < label_count) rs.elems.resize(label_count);
-  for (std::size_t i = 0; i < root.values.size(); ++i) {
-    if (!root.fresh[i]) continue;
+  // By label id, as far as the largest this rule has evaluated: a rule over
+  // `loss` holds one element however many label sets other series have.
+  if (const std::uint32_t top = root.labels[fresh.back()]; rs.elems.size() <= top)
+    rs.elems.resize(std::size_t{top} + 1);
+  for (const std::size_t i : fresh) {
     const std::uint32_t label = root.labels[i];
     ElemState& e = rs.elems[label];
     ++e.evals;
     const double v = root.values[i];
     if (!(v != 0) || std::isnan(v)) {
+      if (e.run > 0) --rs.running;
       e.run = 0;
       e.fired = false;
       continue;
     }
     if (++e.run == 1) {
+      ++rs.running;
       e.first_step = clock.step;
       e.first_time = clock.time;
       e.first_epoch = clock.epoch;

@@ -33,15 +33,21 @@ struct ElemState {
 };
 
 struct RuleState {
-  std::vector<ElemState> elems;  // by label set id
+  std::vector<ElemState> elems;  // by label set id, up to the largest evaluated
   std::uint64_t opportunities = 0, every_index = 0;
   bool has_every = false;
   std::int64_t every_step = 0;
   double every_time = std::numeric_limits<double>::quiet_NaN();
   double every_epoch = std::numeric_limits<double>::quiet_NaN();
+  /// How many elements are in a run (run > 0): pending() is O(1), not a
+  /// scan of every label set (hosts ask at every step). Not saved: restore
+  /// recounts it (count_running).
+  std::size_t running = 0;
 
   /// Some element is in a run of true evaluations (pending or firing).
-  [[nodiscard]] bool pending() const;
+  [[nodiscard]] bool pending() const { return running > 0; }
+  /// Recounts `running` from the elements.
+  void count_running();
 };
 
 /// What a rule is evaluated at.
@@ -65,9 +71,11 @@ struct RuleHit {
 /// and advances `rs`. Appends the elements that fire to `hits`, in column
 /// order. Nothing happens when the rule's mode is another, its root was not
 /// recomputed with a fresh element, or a gate (after/until/every) is closed.
-/// `label_count`: how many label sets exist (rs grows to it).
+/// Costs the root's changed elements (Column::delta), not every label set
+/// it holds; `scratch` is reused between calls.
 void advance_rule(const PlanRule& pr, RuleState& rs, const Column& root, const RuleClock& clock,
-                  std::size_t label_count, std::vector<RuleHit>& hits);
+                  std::vector<RuleHit>& hits,
+                  std::vector<std::size_t>& scratch);
 
 /// The firing's value for element `label`: the left-hand side of the
 /// comparison that decided (interp::Decision), read from the columns.

@@ -20,6 +20,7 @@ SeriesStore::SeriesStore(Program program, std::size_t max_label_sets)
   labelset_ids_.emplace(labelsets.back().get(), 0);
   members.resize(plan_->selectors.size());
   selector_stamp.resize(plan_->selectors.size(), 0);
+  selector_fresh.resize(plan_->selectors.size());
 }
 
 std::size_t SeriesStore::LabelsHash::operator()(const Labels* l) const {
@@ -98,12 +99,9 @@ std::optional<SeriesId> SeriesStore::intern_series(std::string_view key) {
     if (auto it = series_ids_.find(canonical); it != series_ids_.end()) {
       id = it->second;
     } else {
-      if (max_label_sets_ != 0) {
-        auto n = label_sets_per_name_.find(rule_name);
-        if (n != label_sets_per_name_.end() && n->second >= max_label_sets_) {
-          ++label_limit_drops;  // not cached: a flood of new keys must not grow memory
-          return std::nullopt;
-        }
+      if (!room_for(rule_name)) {
+        ++label_limit_drops;  // not cached: a flood of new keys must not grow memory
+        return std::nullopt;
       }
       const bool is_canonical = canonical == key;
       id = add_series(std::move(canonical), std::move(name), std::move(labels));
@@ -115,12 +113,9 @@ std::optional<SeriesId> SeriesStore::intern_series(std::string_view key) {
   std::string trace_canonical = format_series_key(name, labels);
   std::optional<SeriesId> id;
   if (auto it = series_ids_.find(canonical); it == series_ids_.end()) {
-    if (max_label_sets_ != 0) {
-      auto n = label_sets_per_name_.find(rule_name);
-      if (n != label_sets_per_name_.end() && n->second >= max_label_sets_) {
-        ++label_limit_drops;  // not cached: a flood of new keys must not grow memory
-        return std::nullopt;
-      }
+    if (!room_for(rule_name)) {
+      ++label_limit_drops;  // not cached: a flood of new keys must not grow memory
+      return std::nullopt;
     }
     id = add_series(canonical, std::string(rule_name), std::move(labels));
     owners_.emplace(*id, TraceOwner{std::move(trace_canonical), exact, {std::string(key)}});
@@ -142,6 +137,12 @@ std::optional<SeriesId> SeriesStore::intern_series(std::string_view key) {
   return id;
 }
 
+bool SeriesStore::room_for(std::string_view name) const {
+  if (max_label_sets_ == 0) return true;
+  auto n = label_sets_per_name_.find(name);
+  return n == label_sets_per_name_.end() || n->second < max_label_sets_;
+}
+
 bool SeriesStore::alias_involved(std::string_view name) const {
   // Aliases are few (a rule file's `alias` lines): a scan is cheaper than a set.
   for (const auto& [from, to] : program_.aliases())
@@ -149,16 +150,42 @@ bool SeriesStore::alias_involved(std::string_view name) const {
   return false;
 }
 
-std::optional<TensorId> SeriesStore::intern_tensor(std::string_view key) {
+std::optional<TensorId> SeriesStore::intern_tensor(std::string_view key, bool bounded) {
   if (auto it = tensor_ids_.find(key); it != tensor_ids_.end()) return it->second;
   TensorSeries t;
   if (!parse_series_key(key, t.name, t.labels)) return std::nullopt;
+  // The label-set limit holds for tensor series (per tensor name) and for
+  // the derived series they would create (per derived name, shared with
+  // trace series of that name): a flood of new tensor keys is refused and
+  // counted like one of trace keys, and costs no memory (not remembered).
+  derived_.clear();
+  for (std::size_t i = 0; i < stat_count; ++i) {
+    const auto stat = static_cast<Stat>(i);
+    std::string derived = t.name + "_" + std::string(stat_name(stat));
+    const bool read = std::any_of(plan_->selectors.begin(), plan_->selectors.end(),
+                                  [&](const auto& sel) { return sel.selector.name == derived; });
+    if (read) derived_.push_back(std::move(derived));
+  }
+  for (const auto& sel : plan_->selectors) {
+    ParamStatRef ref;
+    if (parse_param_stat_series(sel.selector.name, ref) && ref.tensor == t.name)
+      derived_.push_back(sel.selector.name);
+  }
+  if (bounded && max_label_sets_ != 0) {
+    bool room = tensors_per_name_[t.name] < max_label_sets_;
+    for (const auto& name : derived_)
+      room = room && (room_for(name) || series_ids_.contains(format_series_key(name, t.labels)));
+    if (!room) {
+      if (tensors_per_name_[t.name] == 0) tensors_per_name_.erase(t.name);
+      ++label_limit_drops;
+      return std::nullopt;
+    }
+  }
+  ++tensors_per_name_[t.name];
   for (std::size_t i = 0; i < stat_count; ++i) {
     const auto stat = static_cast<Stat>(i);
     const std::string derived = t.name + "_" + std::string(stat_name(stat));
-    const bool read = std::any_of(plan_->selectors.begin(), plan_->selectors.end(),
-                                  [&](const auto& sel) { return sel.selector.name == derived; });
-    if (!read) continue;
+    if (std::find(derived_.begin(), derived_.end(), derived) == derived_.end()) continue;
     t.mask |= stat_bit(stat);
     t.derived[i] = *intern_rule_series(format_series_key(derived, t.labels));
   }

@@ -88,11 +88,17 @@ class SeriesStore {
   /// label_limit_drops) and not remembered.
   std::optional<SeriesId> intern_series(std::string_view key);
   /// A series by its rule-side key (aliases already applied): derived tensor
-  /// stats and restored state. nullopt if the key is malformed.
+  /// stats and restored state. nullopt if the key is malformed. Not bounded
+  /// by max_label_sets: intern_tensor checks its derived series first, and
+  /// a restored state holds what the saving engine held.
   std::optional<SeriesId> intern_rule_series(std::string_view key);
   /// The id of tensor series `key`, interning it (and the derived series of
-  /// every stat some rule reads); nullopt if the key is malformed.
-  std::optional<TensorId> intern_tensor(std::string_view key);
+  /// every stat some rule reads); nullopt if the key is malformed, or
+  /// (`bounded`) if it would give its tensor name, or the name of a derived
+  /// series it creates, more than max_label_sets label sets (counted in
+  /// label_limit_drops, not remembered). Restoring a saved state is not
+  /// bounded: it holds what the saving engine held.
+  std::optional<TensorId> intern_tensor(std::string_view key, bool bounded = true);
   /// The id of a mode name, interning it.
   std::uint16_t intern_mode(std::string_view mode);
 
@@ -112,11 +118,17 @@ class SeriesStore {
   /// sample (the engine stamps it at ingest), so whether a selector has a
   /// new sample is one comparison, not a scan of its label sets.
   std::vector<std::uint64_t> selector_stamp;
+  /// Per plan selector: its members that got a sample at observation
+  /// selector_stamp (in arrival order), so the executor updates only their
+  /// elements: a new label set costs O(1), not a pass over all it holds.
+  std::vector<std::vector<SeriesId>> selector_fresh;
   std::optional<SeriesId> epoch_series;        // `epoch`, the epoch clock
   std::uint64_t label_limit_drops = 0;         // keys refused by max_label_sets
 
  private:
   SeriesId add_series(std::string key, std::string name, Labels&& labels);
+  /// Whether a new label set of series `name` is within max_label_sets.
+  [[nodiscard]] bool room_for(std::string_view name) const;
   /// Whether `name` is a trace name some alias renames or an alias's target:
   /// only then can two trace series land on one series (owners_).
   [[nodiscard]] bool alias_involved(std::string_view name) const;
@@ -133,6 +145,9 @@ class SeriesStore {
   std::size_t max_label_sets_;  // per series name; 0: unbounded
   /// Label sets per series name (rule side), for max_label_sets_.
   std::unordered_map<std::string, std::size_t, KeyHash, std::equal_to<>> label_sets_per_name_;
+  /// Tensor series per tensor name, for max_label_sets_.
+  std::unordered_map<std::string, std::size_t> tensors_per_name_;
+  std::vector<std::string> derived_;  // intern_tensor's scratch
   /// Label set -> id, keyed by the label sets in `labelsets` (stable addresses).
   struct LabelsHash {
     std::size_t operator()(const Labels* l) const;

@@ -129,8 +129,11 @@ struct EngineOptions {
   /// std::nullopt for it (and its samples are not read), and
   /// EngineStats::label_limit_drops counts it. Refused
   /// keys are not remembered, so memory stays bounded however many arrive.
-  /// 0: no bound. Costs: each label set held costs memory (its history) and
-  /// every observation evaluates a rule over all its label sets.
+  /// 0: no bound. Costs: each label set held costs memory (its history and
+  /// rule state); an observation costs the label sets it brings samples of
+  /// (and, for windows by step or time, every label set such a window reads).
+  /// Tensor series (tensor()) and the stat series they derive are bounded
+  /// the same way.
   std::size_t max_label_sets = default_max_label_sets;
 };
 
@@ -194,7 +197,9 @@ class Engine {
                                   const ObserveOptions& options = {});
 
   /// Interns a tensor series key (`grad{layer="fc1.weight"}`); nullopt if
-  /// malformed. Which stats it yields is decided here, from the program.
+  /// malformed, or refused by EngineOptions::max_label_sets (counted in
+  /// EngineStats::label_limit_drops). Which stats it yields is decided here,
+  /// from the program.
   std::optional<TensorId> tensor(std::string_view key);
   /// The stats of tensor series `id` that some rule reads, plus
   /// param_stats_bit if some rule reads a parameterised stat of it (0: the

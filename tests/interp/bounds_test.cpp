@@ -113,10 +113,8 @@ int feed_new_label_sets(vigil::Engine& e, int n) {
 
 TEST(LabelSets, NewLabelSetsCostLinearTime) {
   // Interning a label set is O(1) amortised: 8x the label sets may cost at
-  // most ~8x (here: 30x, for noise), not the 64x of a quadratic. (An
-  // observation still evaluates a rule over every label set held, so a
-  // trace bringing one new label set per step costs O(label sets) per step:
-  // docs/limits.md, and what max_label_sets bounds.)
+  // most ~8x (here: 30x, for noise), not the 64x of a quadratic. (One new
+  // label set per step: ANewLabelSetPerStepCostsLinearTime below.)
   const auto prog = vigil::compile_string("rule r: when x > 2 do log\n");
   ASSERT_TRUE(prog.ok());
   auto run = [&](int n) {
@@ -132,6 +130,111 @@ TEST(LabelSets, NewLabelSetsCostLinearTime) {
   EXPECT_EQ(big.exit_code, 0);
   EXPECT_LT(big.cpu_seconds, 30 * small.cpu_seconds + 1.0)
       << "5k: " << small.cpu_seconds << " s, 40k: " << big.cpu_seconds << " s";
+}
+
+// One new label set per step (`loss{run="r<step>"}`), through rules of every
+// node kind that is updated where its inputs changed: n steps cost O(n)
+// (the executor evaluated every label set held at every step: 5k 0.34 s,
+// 40k 20.5 s, 200k more than 2 minutes). Returns the child's exit code.
+int new_label_set_per_step(const vigil::Program& program, int n) {
+  vigil::EngineOptions options = recording();
+  options.max_label_sets = 0;
+  vigil::Engine e(program, options);
+  std::size_t plain = 0;
+  std::vector<vigil::Sample> samples;
+  for (int i = 0; i < n; ++i) {
+    samples.clear();
+    const auto x = e.series(fmt::format("x{{i=\"{}\"}}", i));
+    const auto y = e.series(fmt::format("y{{i=\"{}\"}}", i));
+    if (!x || !y) return 1;
+    samples.push_back({*x, 3.0});
+    samples.push_back({*y, 1.0});
+    if (i > 0) samples.push_back({*e.series(fmt::format("x{{i=\"{}\"}}", i - 1)), 3.0});
+    for (const auto& f : e.observe(i, samples)) plain += f.rule_name() == "plain";
+  }
+  // `plain` fires once per label set (edge-triggered), at its first sample.
+  return plain == static_cast<std::size_t>(n) ? 0 : 2;
+}
+
+TEST(LabelSets, ANewLabelSetPerStepCostsLinearTime) {
+  const auto prog = vigil::compile_string(
+      "rule plain: when x > 2 do log\n"
+      "rule held: when x > 2 for 2 samples cooldown 3 steps do log\n"
+      "rule smooth: when mean(x[2]) > 2 do log\n"
+      "rule ew: when ewma(x, 0.5) > 2 do log\n"
+      "rule expr: when count((x > 2)[2]) >= 2 do log\n"
+      "rule join: when x > y + 1 do log\n"
+      "rule fallback: when default(x, 0) > 2 and not is_nan(x) do log\n");
+  ASSERT_TRUE(prog.ok()) << prog.format_diagnostics();
+  auto run = [&](int n) {
+    return in_child([&] {
+      limit_cpu(120);
+      return new_label_set_per_step(*prog.program, n);
+    });
+  };
+  const ChildCost small = run(10'000);
+  const ChildCost big = run(100'000);
+  EXPECT_EQ(small.exit_code, 0);
+  EXPECT_EQ(big.exit_code, 0);  // 128 + SIGXCPU: ran away
+  // Linear: 10x the steps cost ~10x (30x allowed, for noise); quadratic
+  // would be 100x (and minutes: the 100k run alone took over 2 minutes).
+  EXPECT_LT(big.cpu_seconds, 30 * small.cpu_seconds + 1.0)
+      << "10k: " << small.cpu_seconds << " s, 100k: " << big.cpu_seconds << " s";
+}
+
+TEST(LabelSets, RuleStateIsHeldForTheLabelSetsARuleReads) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan's shadow memory makes resident sizes incomparable";
+#endif
+  // 100 rules over `loss` and 50k label sets of another series: each rule
+  // keeps state for `loss` only (it was kept for every label set of the
+  // engine: 100 x 50k x ~170 bytes, 850 MB).
+  std::string rules;
+  for (int k = 0; k < 100; ++k) rules += fmt::format("rule r{}: when loss > {} do log\n", k, k);
+  rules += "rule z: when z > 1 do log\n";
+  const auto prog = vigil::compile_string(rules);
+  ASSERT_TRUE(prog.ok()) << prog.format_diagnostics();
+  const ChildCost cost = in_child([&] {
+    limit_cpu(60);
+    vigil::Engine e(*prog.program, recording());
+    std::vector<vigil::Sample> samples;
+    for (int i = 0; i < 50'000; ++i)
+      samples.push_back({*e.series(fmt::format("z{{i=\"{}\"}}", i)), 2.0});
+    if (e.observe(1, samples).size() != samples.size()) return 1;
+    const long before = own_max_rss_kib();
+    for (int step = 2; step < 10; ++step)
+      if (e.observe(step, {{"loss", 1000.0 + step}}).size() != (step == 2 ? 100u : 0u)) return 2;
+    const long grown_kib = own_max_rss_kib() - before;
+    return grown_kib < 64 * 1024 ? 0 : 3;
+  });
+  EXPECT_EQ(cost.exit_code, 0) << "peak " << cost.max_rss_kib << " KiB";
+}
+
+TEST(LabelSets, TensorSeriesAndTheirStatsAreBoundedToo) {
+  // Tensor keys are bounded per tensor name, and a tensor whose derived
+  // stat series would pass the limit of the stat's name (shared with trace
+  // series of that name) is refused as well; both count as drops.
+  const auto prog = vigil::compile_string("rule r: when grad_norm > 2 do log\n");
+  ASSERT_TRUE(prog.ok());
+  vigil::EngineOptions options = recording();
+  options.max_label_sets = 3;
+  vigil::Engine e(*prog.program, options);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(e.tensor(fmt::format("grad{{l=\"{}\"}}", i)));
+  EXPECT_FALSE(e.tensor("grad{l=\"3\"}"));
+  EXPECT_EQ(e.stats().label_limit_drops, 1u);
+  EXPECT_TRUE(e.tensor("grad{l=\"1\"}"));  // held already
+  EXPECT_EQ(e.stats().label_limit_drops, 1u);
+
+  // grad_norm's label sets filled by trace series: a tensor whose
+  // grad_norm series exists is taken, one that would add a 4th is not.
+  vigil::Engine f(*prog.program, options);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(f.series(fmt::format("grad_norm{{l=\"{}\"}}", i)));
+  EXPECT_TRUE(f.tensor("grad{l=\"2\"}"));   // its grad_norm{l="2"} exists
+  EXPECT_FALSE(f.tensor("grad{l=\"9\"}"));  // grad_norm{l="9"} would be a 4th
+  EXPECT_EQ(f.stats().label_limit_drops, 1u);
+  // The refused tensor was not remembered: asked again, refused again.
+  EXPECT_FALSE(f.tensor("grad{l=\"9\"}"));
+  EXPECT_EQ(f.stats().label_limit_drops, 2u);
 }
 
 TEST(LabelSets, PastTheLimitNewLabelSetsAreDroppedAndCounted) {
