@@ -118,6 +118,9 @@ class Checker {
   /// `module`; rule-making statements go to `rules` (null: the standard
   /// library, whose non-template rules are not run).
   void load(std::uint32_t id, const std::string& dir, Module& module, std::vector<RuleStmt>* rules);
+  /// The same for a file already parsed (the shared standard library trees).
+  void load(std::uint32_t id, const ast::File* file, const std::string& dir, Module& module,
+            std::vector<RuleStmt>* rules);
 
   template <class Map>
   bool declare(const Map& map, const std::string& name, std::uint32_t file, SourceRange range,

@@ -30,6 +30,12 @@ bool is_ident(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
+std::string over_budget_message(std::string_view token, std::size_t limit) {
+  return fmt::format("'{}' expands the file past {} values (the limit for one .rtest file, "
+                     "series values and steps together; split the tests into several files)",
+                     token, limit);
+}
+
 std::string lower(std::string_view s) {
   std::string out(s);
   for (char& c : out)
@@ -169,8 +175,9 @@ struct Cursor {
 class Parser {
  public:
   Parser(const vigil::SourceSet& sources, std::uint32_t file, TestFile& out,
-         std::vector<vigil::Diagnostic>& diagnostics)
-      : text_(sources[file].text), file_(file), out_(out), diagnostics_(diagnostics) {
+         std::vector<vigil::Diagnostic>& diagnostics, std::size_t max_values)
+      : text_(sources[file].text), file_(file), out_(out), diagnostics_(diagnostics),
+        max_values_(max_values), values_left_(max_values) {
     out_.path = sources[file].name;
     dir_ = std::filesystem::path(out_.path).parent_path();
   }
@@ -352,8 +359,12 @@ class Parser {
     const std::uint32_t at = test_offset_;
     std::size_t columns = 0;
     for (const auto& s : t.series) columns = std::max(columns, s.values.size());
-    if (t.series.empty()) error(at, at + 4, fmt::format("test \"{}\" has no series", t.name));
-    if (t.expects.empty()) error(at, at + 4, fmt::format("test \"{}\" has no expectations", t.name));
+    // Past the file's value budget, lines are dropped silently (the budget
+    // was reported once): a test left empty by that is no second error.
+    if (t.series.empty() && !budget_reported_)
+      error(at, at + 4, fmt::format("test \"{}\" has no series", t.name));
+    if (t.expects.empty() && !budget_reported_)
+      error(at, at + 4, fmt::format("test \"{}\" has no expectations", t.name));
     if (t.steps && t.steps->size() < columns) {
       const auto o = own_.back().steps_offset;
       error(o, o + 5, fmt::format("'steps:' lists {} steps but a series has {} values",
@@ -427,11 +438,24 @@ class Parser {
   bool values(Cursor& c, std::vector<std::optional<double>>& out) {
     c.skip_ws();
     const auto rest = c.line.substr(c.pos);
-    if (auto e = expand_values(rest, out)) {
+    const std::size_t before = out.size();
+    if (auto e = expand_values(rest, out, values_left_)) {
       const auto at = c.offset() + static_cast<std::uint32_t>(e->offset);
-      error(at, at + static_cast<std::uint32_t>(e->length), e->message);
+      // The budget is reported once per file; later lines are still
+      // checked for other errors (with nothing left to expand into).
+      if (!e->over_budget || !budget_reported_)
+        error(at, at + static_cast<std::uint32_t>(e->length),
+              e->over_budget ? over_budget_message(rest.substr(e->offset, e->length), max_values_)
+                             : e->message);
+      if (e->over_budget) {
+        values_left_ = 0;
+        budget_reported_ = true;
+      }
+      out.clear();  // nothing held from a line that failed
+      out.shrink_to_fit();
       return false;
     }
+    values_left_ -= out.size() - before;
     c.pos = c.line.size();
     return true;
   }
@@ -575,13 +599,25 @@ class Parser {
       const auto first = parse_int(item.substr(0, dots));
       std::optional<std::int64_t> last = first;
       if (dots != std::string_view::npos) last = parse_int(item.substr(dots + 2));
+      const auto item_end = at + static_cast<std::uint32_t>(std::max<std::size_t>(item.size(), 1));
       if (!first || !last || *last < *first ||
-          static_cast<std::uint64_t>(*last - *first) >= max_repeat) {
-        error(at, at + static_cast<std::uint32_t>(std::max<std::size_t>(item.size(), 1)),
-              fmt::format("expected a step or a range FIRST..LAST, got '{}'", item));
+          static_cast<std::uint64_t>(*last) - static_cast<std::uint64_t>(*first) >= max_repeat) {
+        error(at, item_end, fmt::format("expected a step or a range FIRST..LAST, got '{}'", item));
         return false;
       }
-      for (std::int64_t s = *first; s <= *last; ++s) out.push_back(s);
+      // Step lists count toward the file's budget like series values.
+      const auto n = static_cast<std::uint64_t>(*last) - static_cast<std::uint64_t>(*first) + 1;
+      if (n > values_left_) {
+        if (!budget_reported_) error(at, item_end, over_budget_message(item, max_values_));
+        values_left_ = 0;
+        budget_reported_ = true;
+        return false;
+      }
+      values_left_ -= n;
+      for (std::int64_t s = *first;; ++s) {
+        out.push_back(s);
+        if (s == *last) break;  // not `s <= last`: ++s past INT64_MAX would overflow
+      }
     } while (c.punct(','));
     return true;
   }
@@ -596,6 +632,9 @@ class Parser {
   std::optional<TestCase> test_;
   std::uint32_t test_offset_ = 0;
   std::vector<Own> own_;  // parallel to out_.tests (and the open test)
+  std::size_t max_values_;
+  std::size_t values_left_;  // of max_values_, for the rest of the file
+  bool budget_reported_ = false;
 };
 
 }  // namespace
@@ -616,7 +655,9 @@ std::optional<double> parse_number(std::string_view text) {
 }
 
 std::optional<NotationError> expand_values(std::string_view text,
-                                           std::vector<std::optional<double>>& out) {
+                                           std::vector<std::optional<double>>& out,
+                                           std::size_t budget) {
+  const std::size_t limit = out.size() + std::min(budget, out.max_size() - out.size());
   std::size_t pos = 0;
   while (true) {
     while (pos < text.size() && is_space(text[pos])) ++pos;
@@ -627,8 +668,17 @@ std::optional<NotationError> expand_values(std::string_view text,
     auto fail = [&](std::string message) {
       return NotationError{start, tok.size(), std::move(message)};
     };
+    // Checked before anything is appended, so a token past the budget
+    // costs no memory.
+    auto over = [&](std::uint64_t n) { return n > limit - out.size(); };
+    auto too_many = [&] {
+      auto e = fail(fmt::format("'{}' expands past the {} values allowed", tok, budget));
+      e.over_budget = true;
+      return e;
+    };
 
     if (tok == "_") {
+      if (over(1)) return too_many();
       out.emplace_back();
       continue;
     }
@@ -636,6 +686,7 @@ std::optional<NotationError> expand_values(std::string_view text,
     if (x == std::string_view::npos) {
       const auto v = parse_number(tok);
       if (!v) return fail(fmt::format("invalid value '{}'", tok));
+      if (over(1)) return too_many();
       out.emplace_back(*v);
       continue;
     }
@@ -646,6 +697,7 @@ std::optional<NotationError> expand_values(std::string_view text,
       return fail(fmt::format("repeat count too large in '{}'", tok));
     const std::string_view head = tok.substr(0, x);
     if (head == "_") {
+      if (over(static_cast<std::uint64_t>(*count))) return too_many();
       out.insert(out.end(), static_cast<std::size_t>(*count), std::nullopt);
       continue;
     }
@@ -661,20 +713,22 @@ std::optional<NotationError> expand_values(std::string_view text,
     const auto a = parse_number(head.substr(0, op));
     if (!a) return fail(fmt::format("invalid value '{}'", tok));
     if (op == std::string_view::npos) {  // AxN: N copies of A
+      if (over(static_cast<std::uint64_t>(*count))) return too_many();
       out.insert(out.end(), static_cast<std::size_t>(*count), *a);
       continue;
     }
     const auto b = parse_number(head.substr(op + 1));
     if (!b) return fail(fmt::format("invalid increment in '{}'", tok));
     const double inc = head[op] == '+' ? *b : -*b;
+    if (over(static_cast<std::uint64_t>(*count) + 1)) return too_many();
     // A + i*B rather than repeated addition, so long runs do not drift.
     for (std::int64_t i = 0; i <= *count; ++i) out.emplace_back(*a + static_cast<double>(i) * inc);
   }
 }
 
 bool parse_test_file(const vigil::SourceSet& sources, std::uint32_t file, TestFile& out,
-                     std::vector<vigil::Diagnostic>& diagnostics) {
-  return Parser(sources, file, out, diagnostics).parse();
+                     std::vector<vigil::Diagnostic>& diagnostics, std::size_t max_values) {
+  return Parser(sources, file, out, diagnostics, max_values).parse();
 }
 
 }  // namespace rulecheck::rtest

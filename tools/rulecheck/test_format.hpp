@@ -6,6 +6,7 @@
 // `file:line:col` only when a diagnostic is printed.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -81,11 +82,23 @@ struct TestFile {
   std::vector<TestCase> tests;
 };
 
+/// Upper bound on the entries one `.rtest` file expands to: series values,
+/// `times:` and `steps:` lists and expectation step lists (`0..999`)
+/// together. Each token is also capped (a count or range of at most
+/// 999,999), but a file of many such tokens would otherwise grow without
+/// bound (16 bytes a value) from a few hundred bytes of text. Ten million
+/// is enough to fill the largest range a rule can read (`x[10000000]`).
+/// Passing it is a positioned error at the token that passes it.
+inline constexpr std::size_t max_values_per_file = 10'000'000;
+
 /// Parses a .rtest file. `file` is the index of `text` in `sources` (the
 /// diagnostics point into it). Returns false if any error was reported;
-/// every malformed line is reported, not only the first.
+/// every malformed line is reported, not only the first. `max_values` is
+/// the file's budget of expanded entries (rulecheck always uses the default;
+/// the fuzz target a small one, so that its error path is reached cheaply).
 bool parse_test_file(const vigil::SourceSet& sources, std::uint32_t file, TestFile& out,
-                     std::vector<vigil::Diagnostic>& diagnostics);
+                     std::vector<vigil::Diagnostic>& diagnostics,
+                     std::size_t max_values = max_values_per_file);
 
 /// Why a series notation did not parse: the offending token's offset within
 /// the text given to expand_values, and a message.
@@ -93,6 +106,7 @@ struct NotationError {
   std::size_t offset = 0;
   std::size_t length = 0;
   std::string message;
+  bool over_budget = false;  // the text expands past the budget given
 };
 
 /// Expands compact series notation into one entry per step:
@@ -100,9 +114,12 @@ struct NotationError {
 ///   `AxN`        A repeated N times (`_xN`: N steps without a sample)
 ///   `A+BxN`      A, A+B, ..., A+N*B (N+1 values, as promtool's `a+bxn`)
 ///   `A-BxN`      A, A-B, ..., A-N*B
-/// Appends to `out`; on error `out` is unspecified.
+/// Appends to `out`, at most `budget` entries: a text that expands to more
+/// is an error at the token that passes the budget (the parser passes what
+/// is left of max_values_per_file). On error `out` is unspecified.
 std::optional<NotationError> expand_values(std::string_view text,
-                                           std::vector<std::optional<double>>& out);
+                                           std::vector<std::optional<double>>& out,
+                                           std::size_t budget = max_values_per_file);
 
 /// A number as the notation spells it: decimal / exponent, `NaN`, `Inf`,
 /// `+Inf`, `-Inf` (any case; `Infinity` too). Nullopt when not a number.
