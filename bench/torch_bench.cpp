@@ -7,15 +7,21 @@
 #include <torch/torch.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <array>
+#include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <iterator>
+#include <limits>
 
 #include <unistd.h>
 
 #include "bench/verify.hpp"
 #include "trainer.hpp"
+#include "vigil/engine.hpp"
 #include "vigil/tensor.hpp"
+#include "vigil/torch.hpp"
 
 namespace {
 
@@ -67,6 +73,176 @@ void BM_Trainer_RulesCheckpointEvery25(benchmark::State& s) { run_trainer(s, tru
 BENCHMARK(BM_Trainer_NoMonitor)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Trainer_Rules)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Trainer_RulesCheckpointEvery25)->Unit(benchmark::kMillisecond);
+
+// Issue 14 goal 5: the Monitor's cost per step on a realistic model. A CNN
+// of 5.3 M parameters (three conv+ReLU+pool blocks, 2048-2048-512-10 fully
+// connected; CIFAR-sized 32x32x3 inputs, batch 32, SGD with momentum) trains
+// twice in lockstep from the same seed on the same batches: one model bare,
+// one watched by a Monitor with examples/recommended.rules (gradient norm
+// spike over a 20-step median, vanishing gradients on every gradient's
+// abs_mean, dead ReLUs on the five ReLU outputs, loss rules). Each iteration
+// is one step of each, in alternating order, so load drift hits both alike;
+// both must end at the same loss (equal work).
+struct Cnn : torch::nn::Module {
+  Cnn() {
+    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 32, 3).padding(1)));
+    conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)));
+    conv3 = register_module("conv3", torch::nn::Conv2d(torch::nn::Conv2dOptions(64, 128, 3).padding(1)));
+    fc1 = register_module("fc1", torch::nn::Linear(128 * 4 * 4, 2048));
+    fc2 = register_module("fc2", torch::nn::Linear(2048, 512));
+    fc3 = register_module("fc3", torch::nn::Linear(512, 10));
+  }
+  torch::Tensor forward(torch::Tensor x, vigil::torch::Monitor* mon) {
+    auto watch = [&](const char* name, torch::Tensor h) {
+      if (mon) mon->activation(name, h);
+      return h;
+    };
+    x = torch::max_pool2d(watch("relu1", torch::relu(conv1->forward(x))), 2);
+    x = torch::max_pool2d(watch("relu2", torch::relu(conv2->forward(x))), 2);
+    x = torch::max_pool2d(watch("relu3", torch::relu(conv3->forward(x))), 2);
+    x = watch("relu4", torch::relu(fc1->forward(x.flatten(1))));
+    x = watch("relu5", torch::relu(fc2->forward(x)));
+    return fc3->forward(x);
+  }
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+};
+
+struct CnnRun {
+  std::shared_ptr<Cnn> model;
+  std::unique_ptr<torch::optim::SGD> opt;
+  std::unique_ptr<vigil::Engine> engine;
+  std::unique_ptr<vigil::torch::Monitor> monitor;
+  double loss = 0;
+  double wall = 0, cpu = 0;  // seconds spent in steps
+  double monitor_wall = 0;   // of which in after_backward and after_step
+  double last_wall = 0, last_cpu = 0;  // of the latest step
+};
+
+double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+void cnn_step(CnnRun& r, std::int64_t step, const torch::Tensor& x, const torch::Tensor& y) {
+  const auto wall0 = std::chrono::steady_clock::now();
+  const double cpu0 = process_cpu_seconds();
+  r.opt->zero_grad();
+  auto loss = torch::nn::functional::cross_entropy(r.model->forward(x, r.monitor.get()), y);
+  loss.backward();
+  const double value = loss.item<double>();
+  bool skip = false;
+  auto m0 = std::chrono::steady_clock::now();
+  if (r.monitor) skip = r.monitor->after_backward(step, value).skip_step;
+  r.monitor_wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
+  if (!skip) r.opt->step();
+  m0 = std::chrono::steady_clock::now();
+  if (r.monitor) r.monitor->after_step(step);
+  r.monitor_wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
+  r.loss = value;
+  r.last_cpu = process_cpu_seconds() - cpu0;
+  r.last_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  r.cpu += r.last_cpu;
+  r.wall += r.last_wall;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+CnnRun make_cnn_run(const vigil::Program* rules, const std::string& dir, bool only_due) {
+  CnnRun r;
+  torch::manual_seed(1);
+  r.model = std::make_shared<Cnn>();
+  r.opt = std::make_unique<torch::optim::SGD>(r.model->parameters(),
+                                              torch::optim::SGDOptions(0.01).momentum(0.9));
+  if (rules) {
+    r.engine = std::make_unique<vigil::Engine>(*rules);
+    vigil::torch::MonitorOptions o;
+    o.checkpoint_dir = dir;
+    o.only_due_tensors = only_due;
+    r.monitor = std::make_unique<vigil::torch::Monitor>(*r.engine, *r.model, *r.opt, o);
+  }
+  return r;
+}
+
+void run_cnn(benchmark::State& state, const vigil::CompileResult& rules, bool only_due) {
+  if (!vigil::bench::expect(state, rules.ok(), rules.format_diagnostics())) return;
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("vigil-cnn-bench-" + std::to_string(::getpid()))).string();
+  CnnRun plain = make_cnn_run(nullptr, dir, only_due);
+  CnnRun watched = make_cnn_run(&*rules.program, dir, only_due);
+  std::int64_t params = 0;
+  for (const auto& p : plain.model->parameters()) params += p.numel();
+  // Four fixed batches of random images and labels, cycled.
+  torch::manual_seed(2);
+  std::vector<torch::Tensor> xs, ys;
+  for (int i = 0; i < 4; ++i) {
+    xs.push_back(torch::randn({32, 3, 32, 32}));
+    ys.push_back(torch::randint(0, 10, {32}, torch::kLong));
+  }
+  std::int64_t step = 0;
+  // Per step pair: the watched step's time over the bare one's. Their median
+  // is robust to the bursts of a loaded machine, which a ratio of sums is not.
+  std::vector<double> wall_ratio, cpu_ratio;
+  for (auto _ : state) {
+    ++step;
+    const auto& x = xs[step % 4];
+    const auto& y = ys[step % 4];
+    if (step % 2) {
+      cnn_step(plain, step, x, y);
+      cnn_step(watched, step, x, y);
+    } else {
+      cnn_step(watched, step, x, y);
+      cnn_step(plain, step, x, y);
+    }
+    wall_ratio.push_back(watched.last_wall / plain.last_wall);
+    cpu_ratio.push_back(watched.last_cpu / plain.last_cpu);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (!vigil::bench::expect(state, plain.loss == watched.loss,
+                            "loss with the Monitor " + std::to_string(watched.loss) +
+                                " vs without " + std::to_string(plain.loss)))
+    return;
+  const double n = static_cast<double>(step);
+  state.counters["params"] = static_cast<double>(params);
+  state.counters["bare_ms"] = 1e3 * plain.wall / n;
+  state.counters["monitor_ms"] = 1e3 * watched.wall / n;
+  state.counters["overhead_%"] = 100 * (median(wall_ratio) - 1);
+  state.counters["cpu_overhead_%"] = 100 * (median(cpu_ratio) - 1);
+  state.counters["sum_overhead_%"] = 100 * (watched.wall - plain.wall) / plain.wall;
+  state.counters["in_monitor_ms"] = 1e3 * watched.monitor_wall / n;
+  state.counters["in_monitor_%"] = 100 * watched.monitor_wall / plain.wall;
+  state.counters["tensors/step"] =
+      static_cast<double>(watched.monitor->stats().tensors_observed) / n;
+}
+
+void BM_Cnn5M_RecommendedRules(benchmark::State& s) {
+  static const auto rules = vigil::compile_file(VIGIL_SOURCE_DIR "/examples/recommended.rules");
+  run_cnn(s, rules, true);
+}
+// Rules that sample the tensors every 10 steps: with only_due_tensors the
+// Monitor collects them on one step in ten; without, every step.
+constexpr const char* kSampledRules =
+    "rule dead: when activation.frac_dead_units(1) > 0.5 every 10 steps do alert(\"dead ReLUs\")\n"
+    "rule vanishing: when grad_abs_mean < 1e-7 every 10 steps do alert(\"vanishing gradient\")\n"
+    "rule exploding: when grad_norm > 1e4 every 10 steps do alert(\"exploding gradient\")\n";
+void BM_Cnn5M_Every10Steps_OnlyDue(benchmark::State& s) {
+  static const auto rules = vigil::compile_string(kSampledRules, "sampled.rules");
+  run_cnn(s, rules, true);
+}
+void BM_Cnn5M_Every10Steps_EveryStep(benchmark::State& s) {
+  static const auto rules = vigil::compile_string(kSampledRules, "sampled.rules");
+  run_cnn(s, rules, false);
+}
+BENCHMARK(BM_Cnn5M_RecommendedRules)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Cnn5M_Every10Steps_OnlyDue)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Cnn5M_Every10Steps_EveryStep)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // 64 MiB of float32, normal values.
 const torch::Tensor& big() {

@@ -210,6 +210,24 @@ StatMask Engine::tensor_stats_used(TensorId id) const {
   return t.mask | (t.params.empty() ? 0 : param_stats_bit);
 }
 
+StatMask Engine::tensor_stats_due(TensorId id, std::int64_t step, std::string_view mode) const {
+  const Impl& m = *impl_;
+  const auto& store = m.state.store;
+  if (id >= store.tensors.size() || !store.tensors[id].used()) return 0;
+  // Which rules may evaluate depends on the rule states, which only observe
+  // and restore change (both move the observation count): computed once per
+  // (observation, step, mode) for all tensors of a step.
+  if (m.open_obs != m.state.obs || m.open_step != step || m.open_mode != mode) {
+    m.rule_open.resize(m.plan->rules.size());
+    for (std::size_t ri = 0; ri < m.plan->rules.size(); ++ri)
+      m.rule_open[ri] = interp::may_evaluate(m.plan->rules[ri], m.state.rules[ri], step, mode);
+    m.open_obs = m.state.obs;
+    m.open_step = step;
+    m.open_mode.assign(mode);
+  }
+  return m.feed.due(store.tensors[id], store, m.rule_open);
+}
+
 std::string Engine::explain(const Firing& firing) const { return impl_->explain(firing); }
 std::string Engine::save_state() const { return impl_->save(); }
 void Engine::restore_state(std::string_view bytes) { impl_->restore(bytes); }

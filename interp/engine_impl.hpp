@@ -80,7 +80,13 @@ struct Engine::Impl {
   EngineState state;
 
   // Scratch, reused between observations.
-  interp::TensorFeed feed;
+  interp::TensorFeed feed{*plan};
+  // tensor_stats_due's answer of which rules may evaluate, for the
+  // observation count, step and mode it was computed at.
+  mutable std::vector<std::uint8_t> rule_open;
+  mutable std::uint64_t open_obs = UINT64_MAX;
+  mutable std::int64_t open_step = 0;
+  mutable std::string open_mode;
   std::vector<Sample> with_tensors;  // samples + derived stats of one observe
   std::vector<interp::RuleHit> hits;
   std::vector<std::size_t> fresh_elements;  // advance_rule's scratch

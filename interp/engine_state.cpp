@@ -302,6 +302,7 @@ void Engine::Impl::restore(std::string_view bytes) {
   fresh.exec.force_all();
   state = std::move(fresh);
   firings.clear();
+  open_obs = UINT64_MAX;  // tensor_stats_due's cache described the old rule states
 }
 
 }  // namespace vigil

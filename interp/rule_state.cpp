@@ -209,6 +209,28 @@ void advance_rule(const PlanRule& pr, RuleState& rs, const Column& root, const R
   }
 }
 
+bool may_evaluate(const PlanRule& pr, const RuleState& rs, std::int64_t step, std::string_view mode) {
+  const ir::Rule& r = pr.rule;
+  if (!r.info.mode.empty() && r.info.mode != mode) return false;
+  // A gate counted in samples or evals counts the observations where the
+  // root is fresh, which depends on what the host hands over: always open.
+  for (const auto* g : {&r.after, &r.until, &r.every})
+    if (*g && ((*g)->unit == ir::Unit::samples || (*g)->unit == ir::Unit::evals)) return true;
+  // gate() without its side effects, for the gates a step number decides.
+  // Seconds and epochs are only known once the observation arrives: open.
+  const RuleClock at{0, step, nan, nan, nan, mode};
+  if (r.after && r.after->unit == ir::Unit::steps &&
+      !(progress(ir::Unit::steps, 0, at) >= r.after->amount))
+    return false;
+  if (r.until && r.until->unit == ir::Unit::steps &&
+      !(progress(ir::Unit::steps, 0, at) < r.until->amount))
+    return false;
+  if (r.every && r.every->unit == ir::Unit::steps && rs.has_every &&
+      span(rs.every_step, step) < r.every->amount)
+    return false;
+  return true;
+}
+
 std::optional<double> firing_value(const PlanRule& pr, const Executor& exec, std::uint32_t label) {
   return decision_value(pr, exec, label, 0);
 }

@@ -77,6 +77,16 @@ void advance_rule(const PlanRule& pr, RuleState& rs, const Column& root, const R
                   std::vector<RuleHit>& hits,
                   std::vector<std::size_t>& scratch);
 
+/// Whether `advance_rule` may evaluate rule `pr` at an observation at `step`
+/// in `mode` whose root is fresh, predicted from `rs` without changing it.
+/// False only when that is certain: the rule runs in another mode, or a gate
+/// in steps (`after N steps`, `until N steps`, `every N steps`) is closed at
+/// `step`. A rule with a gate counted in samples or evals always answers
+/// true: those count the observations where its root is fresh, which depends
+/// on what the host hands over. Gates in seconds or epochs are not known
+/// before the observation and count as open. Valid until `rs` changes.
+bool may_evaluate(const PlanRule& pr, const RuleState& rs, std::int64_t step, std::string_view mode);
+
 /// The firing's value for element `label`: the left-hand side of the
 /// comparison that decided (interp::Decision), read from the columns.
 std::optional<double> firing_value(const PlanRule& pr, const Executor& exec, std::uint32_t label);

@@ -228,6 +228,7 @@ struct HeldTensor {
   std::unique_ptr<py::buffer_info> buffer;
   std::vector<std::int64_t> shape, strides;
   vigil::TensorView view;
+  vigil::StatMask due = ~vigil::StatMask{0};
 };
 
 std::string type_name(py::handle h) { return py::str(h.get_type().attr("__name__")); }
@@ -407,7 +408,7 @@ struct EngineObj {
   }
 
   py::list observe(std::int64_t step, py::handle values, const std::string& mode,
-                   py::handle time, py::handle tensors) {
+                   py::handle time, py::handle tensors, bool only_due) {
     Busy busy_guard(*this, "observe");
     vigil::ObserveOptions options;
     options.mode = mode;
@@ -477,14 +478,18 @@ struct EngineObj {
         if (!id)
           throw py::value_error(fmt::format("observe: malformed tensor series key '{}' (expected "
                                             "name or name{{label=\"value\",...}})", key));
-        // A tensor no rule reads is not even looked at.
+        // A tensor no rule reads (or, with only_due, none needs at this
+        // step) is not even looked at: no DLPack export, no device copy.
         if (engine->tensor_stats_used(*id) == 0) continue;
+        const vigil::StatMask due = only_due ? engine->tensor_stats_due(*id, step, mode) : ~vigil::StatMask{0};
+        if (due == 0) continue;
         HeldTensor& h = held.emplace_back();
         h.key = std::string(key);
         h.id = *id;
+        h.due = due;
         hold_tensor(h, v);
       }
-      for (const auto& h : held) tensor_samples.push_back({h.id, h.view});
+      for (const auto& h : held) tensor_samples.push_back({h.id, h.view, h.due});
     }
 
     const std::uint64_t gen = ++generation;
@@ -784,8 +789,10 @@ PYBIND11_MODULE(_vigil, m) {
            "Binds callback(firing, action) to an action name (None unbinds).")
       .def("observe", &EngineObj::observe, py::arg("step"), py::arg("values") = py::none(),
            py::kw_only(), py::arg("mode") = "train", py::arg("time") = py::none(),
-           py::arg("tensors") = py::none(),
-           "Feeds one observation, runs the callbacks of its firings, returns the firings.")
+           py::arg("tensors") = py::none(), py::arg("only_due") = false,
+           "Feeds one observation, runs the callbacks of its firings, returns the firings. "
+           "only_due: hand over only the tensors the rules need at this step and mode, and "
+           "compute only their due stats (tensor_due); the firings are the same.")
       .def("explain", &EngineObj::explain, py::arg("firing"),
            "A readable account of a firing from the latest observe().")
       .def("save_state", [](EngineObj& e) {
@@ -814,6 +821,16 @@ PYBIND11_MODULE(_vigil, m) {
              if (!id) throw py::value_error(fmt::format("malformed tensor series key '{}'", key));
              return e.engine->tensor_stats_used(*id) != 0;
            }, py::arg("key"), "Whether some rule reads a stat of this tensor series.")
+      .def("tensor_due", [](EngineObj& e, const std::string& key, std::int64_t step,
+                            const std::string& mode) {
+             e.check_idle("tensor_due");
+             const auto id = e.engine->tensor(key);
+             if (!id) throw py::value_error(fmt::format("malformed tensor series key '{}'", key));
+             return e.engine->tensor_stats_due(*id, step, mode) != 0;
+           }, py::arg("key"), py::arg("step"), py::arg("mode") = "train",
+           "Whether the next observation, at this step and mode, needs this tensor series "
+           "(Engine::tensor_stats_due): a rule reads it through a window or stateful function, "
+           "or a rule reading it may evaluate there (its every/after/until in steps and its mode).")
       .def_property_readonly("_gil_held_in_last_evaluation",
                              [](const EngineObj& e) { return e.gil_held_in_last_evaluation; })
       .def("record", &EngineObj::record, py::arg("target"), py::kw_only(), py::arg("append") = false,

@@ -149,6 +149,125 @@ double reduce_lr(::torch::optim::Optimizer& optimizer, double factor, double min
   return learning_rate(optimizer);
 }
 
+std::vector<TensorStats> batched_stats(std::span<const at::Tensor> tensors, StatMask wanted,
+                                       std::size_t* transferred) {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<TensorStats> out(tensors.size());
+  for (auto& st : out) {
+    std::fill(std::begin(st.values), std::end(st.values), nan);
+    st.values[static_cast<std::size_t>(Stat::numel)] = 0;
+  }
+  if (transferred) *transferred = 0;
+  auto wants = [&](std::initializer_list<Stat> stats) {
+    for (Stat s : stats)
+      if (wanted & stat_bit(s)) return true;
+    return false;
+  };
+  // The accumulators the wanted stats need (var/std as the CPU kernels do it:
+  // sums shifted by each tensor's first finite element, so a constant tensor
+  // has variance exactly 0, and NaN whenever the tensor holds NaN or Inf).
+  const bool var = wants({Stat::var, Stat::std});
+  const bool sum = wants({Stat::sum, Stat::mean});
+  const bool abs_sum = wants({Stat::abs_sum, Stat::abs_mean});
+  const bool sumsq = wants({Stat::norm});
+  const bool min = wants({Stat::min}), max = wants({Stat::max}), abs_max = wants({Stat::abs_max});
+  const bool zero = wants({Stat::frac_zero}), pos = wants({Stat::frac_pos}),
+             neg = wants({Stat::frac_neg});
+  const bool nans = var || wants({Stat::frac_nan, Stat::nan_count});
+  const bool infs = var || wants({Stat::frac_inf, Stat::inf_count});
+
+  // Non-empty tensors only (a segment of length 0 has no defined extremes).
+  std::vector<std::size_t> which;
+  std::vector<at::Tensor> flat_parts;
+  std::vector<std::int64_t> lengths;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    if (!t.defined() || t.numel() == 0) continue;
+    which.push_back(i);
+    flat_parts.push_back(t.detach().reshape({-1}));
+    lengths.push_back(t.numel());
+    out[i].values[static_cast<std::size_t>(Stat::numel)] = static_cast<double>(t.numel());
+  }
+  if (which.empty()) return out;
+  const auto device = flat_parts.front().device();
+  std::int64_t total = 0;
+  for (auto n : lengths) total += n;
+  // One buffer in double, written by one concatenation (which converts):
+  // the same accumulation as the CPU kernels.
+  at::Tensor flat = at::empty({total}, ::torch::TensorOptions().dtype(at::kDouble).device(device));
+  at::cat_out(flat, flat_parts);
+  const at::Tensor len = ::torch::tensor(lengths, ::torch::kLong).to(device);
+  auto segment_sum = [&](const at::Tensor& x) {
+    return at::segment_reduce(x, "sum", len, {}, {}, 0, /*unsafe=*/true);
+  };
+  auto count = [&](const at::Tensor& mask) { return segment_sum(mask.to(at::kDouble)); };
+
+  std::vector<at::Tensor> rows;
+  enum Acc : int { a_sum, a_abs_sum, a_sumsq, a_min, a_max, a_abs_max, a_zero, a_pos, a_neg,
+                   a_nan, a_inf, a_s1, a_s2, acc_count };
+  int row_of[acc_count];
+  std::fill(std::begin(row_of), std::end(row_of), -1);
+  auto add = [&](Acc a, at::Tensor r) {
+    row_of[a] = static_cast<int>(rows.size());
+    rows.push_back(std::move(r));
+  };
+  if (sum) add(a_sum, segment_sum(flat));
+  if (abs_sum || abs_max) {
+    const at::Tensor a = flat.abs();
+    if (abs_sum) add(a_abs_sum, segment_sum(a));
+    if (abs_max) add(a_abs_max, at::segment_reduce(a, "max", len, {}, {}, 0, true));
+  }
+  if (sumsq) add(a_sumsq, segment_sum(flat.square()));
+  if (min) add(a_min, at::segment_reduce(flat, "min", len, {}, {}, 0, true));
+  if (max) add(a_max, at::segment_reduce(flat, "max", len, {}, {}, 0, true));
+  if (zero) add(a_zero, count(flat.eq(0)));
+  if (pos) add(a_pos, count(flat.gt(0)));
+  if (neg) add(a_neg, count(flat.lt(0)));
+  if (nans) add(a_nan, count(flat.isnan()));
+  if (infs) add(a_inf, count(flat.isinf()));
+  if (var) {
+    // Each segment's first element (its offset), 0 if not finite.
+    const at::Tensor offsets = (len.cumsum(0) - len);
+    const at::Tensor first = flat.index_select(0, offsets);
+    const at::Tensor shift = at::where(first.isfinite(), first, at::zeros_like(first));
+    const at::Tensor d = flat - shift.repeat_interleave(len, 0, flat.numel());
+    add(a_s1, segment_sum(d));
+    add(a_s2, segment_sum(d.square()));
+  }
+  if (rows.empty()) return out;
+  // The one transfer: accumulators x tensors doubles.
+  const at::Tensor host = at::stack(rows).to(at::kCPU).contiguous();
+  if (transferred) *transferred = static_cast<std::size_t>(host.numel()) * sizeof(double);
+  const double* h = host.data_ptr<double>();
+  const std::size_t k = which.size();
+  auto acc = [&](Acc a, std::size_t j) { return h[static_cast<std::size_t>(row_of[a]) * k + j]; };
+  for (std::size_t j = 0; j < k; ++j) {
+    TensorStats& st = out[which[j]];
+    const double n = st.values[static_cast<std::size_t>(Stat::numel)];
+    auto set = [&](Stat s, double v) {
+      if (wanted & stat_bit(s)) st.values[static_cast<std::size_t>(s)] = v;
+    };
+    if (sum) set(Stat::sum, acc(a_sum, j)), set(Stat::mean, acc(a_sum, j) / n);
+    if (abs_sum) set(Stat::abs_sum, acc(a_abs_sum, j)), set(Stat::abs_mean, acc(a_abs_sum, j) / n);
+    if (sumsq) set(Stat::norm, std::sqrt(acc(a_sumsq, j)));
+    if (min) set(Stat::min, acc(a_min, j));
+    if (max) set(Stat::max, acc(a_max, j));
+    if (abs_max) set(Stat::abs_max, acc(a_abs_max, j));
+    if (zero) set(Stat::frac_zero, acc(a_zero, j) / n);
+    if (pos) set(Stat::frac_pos, acc(a_pos, j) / n);
+    if (neg) set(Stat::frac_neg, acc(a_neg, j) / n);
+    if (nans) set(Stat::frac_nan, acc(a_nan, j) / n), set(Stat::nan_count, acc(a_nan, j));
+    if (infs) set(Stat::frac_inf, acc(a_inf, j) / n), set(Stat::inf_count, acc(a_inf, j));
+    if (var) {
+      const double s1 = acc(a_s1, j), s2 = acc(a_s2, j);
+      const double v = acc(a_nan, j) + acc(a_inf, j) > 0 ? nan : std::max(0.0, (s2 - s1 * s1 / n) / n);
+      set(Stat::var, v);
+      set(Stat::std, std::sqrt(v));
+    }
+  }
+  return out;
+}
+
 struct Monitor::Impl {
   struct Param {
     std::string name;
@@ -193,6 +312,10 @@ struct Monitor::Impl {
   // The RNG state when the previous after_step returned (the start of the
   // next step), for checkpoints written before a step's update.
   at::Tensor step_rng;
+  // Only an evaluation that both checkpoints and stops uses step_rng: the
+  // copy (a lock and a 5 KB tensor per step) is skipped for rule sets that
+  // cannot do both.
+  bool keep_step_rng = false;
   // Steps up to this one were observed by the engine state restored by
   // resume(): a repeated after_backward must not observe them again.
   std::int64_t observed_through = std::numeric_limits<std::int64_t>::min();
@@ -210,6 +333,17 @@ struct Monitor::Impl {
   std::vector<Sample> samples;
   std::vector<TensorSample> tensors;
   std::vector<at::Tensor> keep;
+  // The device path: tensors whose stats batched_stats() computes, and the
+  // stats (TensorSample::stats points into it; filled before any pointer is taken).
+  struct DeviceItem {
+    TensorId id = 0;
+    at::Tensor tensor;
+    StatMask due = 0;
+  };
+  std::vector<DeviceItem> device_items;
+  std::vector<at::Tensor> device_batch;
+  std::vector<TensorStats> device_results;
+  MonitorStats counters;
 
   Impl(Engine& e, ::torch::nn::Module& m, ::torch::optim::Optimizer& o, MonitorOptions opts)
       : engine(e), model(m), optimizer(o), options(std::move(opts)) {
@@ -230,9 +364,18 @@ struct Monitor::Impl {
     preempted_id = *engine.series("preempted");
     cost_id = *engine.series("cost");
     bool reads_preempted = false;
+    bool checkpoints = false, stops = false;
     for (const RuleInfo& rule : engine.program().rules()) {
       for (const Action& a : rule.actions)
         if (a.name == "pause_and_snapshot") uses_pause = true;
+      auto scan = [&](const std::vector<Action>& actions) {
+        for (const Action& a : actions) {
+          checkpoints |= a.name == "checkpoint";
+          stops |= a.name == "stop" || a.name == "pause_and_snapshot";
+        }
+      };
+      scan(rule.actions);
+      for (const auto& e : rule.escalations) scan(e.actions);
       if (std::binary_search(rule.reads.begin(), rule.reads.end(), std::string("preempted")))
         reads_preempted = true;
     }
@@ -245,6 +388,7 @@ struct Monitor::Impl {
       has_cost = true;
       dollars_per_second = std::get<double>(it->second) * processes / 3600.0;
     }
+    keep_step_rng = checkpoints && stops && !options.checkpoint_dir.empty();
     if (reads_preempted) install_preemption_handlers();
     step_rng = cpu_rng_state();
     bind();
@@ -332,6 +476,73 @@ struct Monitor::Impl {
     return TensorView{k.data_ptr(), dtype, {k.sizes().data(), k.sizes().size()},
                       {k.strides().data(), k.strides().size()}};
   }
+
+  // Whether `t` (of a tensor series whose used stats are `used`) goes
+  // through batched_stats(): only tensors whose stats need nothing the
+  // engine keeps (a previous value for update stats and frac_changed) and no
+  // parameterised stat.
+  bool on_device_path(const at::Tensor& t, StatMask used) const {
+    constexpr StatMask engine_only =
+        stat_bit(Stat::update_norm) | stat_bit(Stat::update_ratio) | param_stats_bit;
+    if ((used & engine_only) != 0) return false;
+    switch (options.device_stats) {
+      case MonitorOptions::DeviceStats::always: return true;
+      case MonitorOptions::DeviceStats::non_cpu: return !t.device().is_cpu();
+      case MonitorOptions::DeviceStats::never: return false;
+    }
+    return false;
+  }
+
+  // Hands tensor `t` of series `id` over at `step` if the rules need it then.
+  void collect(TensorId id, const at::Tensor& t, std::int64_t step) {
+    const StatMask used = engine.tensor_stats_used(id);
+    if (used == 0 || !t.defined()) return;
+    const StatMask due = options.only_due_tensors ? engine.tensor_stats_due(id, step) : ~StatMask{0};
+    if (due == 0) return;
+    ++counters.tensors_observed;
+    if (on_device_path(t, used)) {
+      device_items.push_back({id, t, due});
+      return;
+    }
+    tensors.push_back({id, view_of(t), due});
+  }
+
+  // The device path: one batched_stats() per device over the tensors
+  // collected for it, then a TensorSample per tensor carrying its stats.
+  // Every parameter-free stat is computed (a multi-process engine combines
+  // them all); it is a few more kernels, not more transfers.
+  void reduce_on_devices() {
+    if (device_items.empty()) return;
+    device_results.clear();
+    device_results.reserve(device_items.size());  // pointers into it are taken below
+    order.clear();
+    for (std::size_t i = 0; i < device_items.size(); ++i) {
+      if (!device_items[i].tensor.defined()) continue;  // reduced with an earlier device's batch
+      const auto device = device_items[i].tensor.device();
+      device_batch.clear();
+      const std::size_t first = order.size();
+      for (std::size_t j = i; j < device_items.size(); ++j) {
+        const at::Tensor& t = device_items[j].tensor;
+        if (!t.defined() || t.device() != device) continue;
+        device_batch.push_back(t);
+        order.push_back(j);
+      }
+      std::size_t bytes = 0;
+      const auto stats = batched_stats(device_batch, ~StatMask{0}, &bytes);
+      device_results.insert(device_results.end(), stats.begin(), stats.end());
+      for (std::size_t r = first; r < order.size(); ++r) device_items[order[r]].tensor.reset();
+      ++counters.device_batches;
+      counters.device_bytes += bytes;
+      counters.tensors_reduced_on_device += order.size() - first;
+    }
+    device_batch.clear();
+    for (std::size_t r = 0; r < order.size(); ++r) {
+      const DeviceItem& item = device_items[order[r]];
+      tensors.push_back({item.id, TensorView{}, item.due, &device_results[r]});
+    }
+    device_items.clear();
+  }
+  std::vector<std::size_t> order;  // device_results[r] belongs to device_items[order[r]]
 
   bool is_good(const CheckpointInfo& c) const {
     auto it = std::lower_bound(alarms.begin(), alarms.end(), c.step - options.quiet_steps);
@@ -790,14 +1001,11 @@ Decision Monitor::after_backward(std::int64_t step, double loss) {
   // reallocation is harmless; reserve anyway to stay allocation-free.
   m.keep.reserve(2 * m.params.size() + m.activations.size());
   for (const auto& p : m.params) {
-    if (m.options.watch_grads && m.engine.tensor_stats_used(p.grad_id) != 0) {
-      const at::Tensor& g = p.tensor.grad();
-      if (g.defined()) m.tensors.push_back({p.grad_id, m.view_of(g)});
-    }
-    if (m.options.watch_weights && m.engine.tensor_stats_used(p.weight_id) != 0)
-      m.tensors.push_back({p.weight_id, m.view_of(p.tensor)});
+    if (m.options.watch_grads) m.collect(p.grad_id, p.tensor.grad(), step);
+    if (m.options.watch_weights) m.collect(p.weight_id, p.tensor, step);
   }
-  for (const auto& [id, t] : m.activations) m.tensors.push_back({id, m.view_of(t)});
+  for (const auto& [id, t] : m.activations) m.collect(id, t, step);
+  m.reduce_on_devices();
 
   // The run clock is the observations' time: `every 30m` is 30 minutes of
   // training, and goes on across resumes with the engine state.
@@ -842,7 +1050,7 @@ Decision Monitor::after_step(std::int64_t step) {
       m.options.log("vigil: " + error);
     }
   }
-  m.step_rng = cpu_rng_state();
+  if (m.keep_step_rng) m.step_rng = cpu_rng_state();
   return d;
 }
 
@@ -880,6 +1088,8 @@ std::string Monitor::latest_checkpoint(const std::string& dir) {
   }
   return best;
 }
+
+const MonitorStats& Monitor::stats() const { return impl_->counters; }
 
 double Monitor::run_time() const { return impl_->run_time(); }
 bool Monitor::preempted() const { return impl_->poll_preemption(); }

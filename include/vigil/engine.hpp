@@ -90,7 +90,22 @@ using TensorId = std::uint32_t;
 struct TensorSample {
   TensorId tensor;
   TensorView view;
+  /// The stats to produce (intersected with those some rule reads): the
+  /// default, all of them; Engine::tensor_stats_due's answer for this
+  /// observation, only those the rules need now.
+  StatMask due = ~StatMask{0};
+  /// Stats the host computed itself (e.g. reduced on the tensor's device,
+  /// vigil::torch): used instead of reading `view`, which may then be empty.
+  /// Every parameter-free stat but the update ones must be set. Not for a
+  /// tensor that keeps its previous value or has parameterised stats read
+  /// (observe throws vigil::Error). Must stay valid during observe.
+  const TensorStats* stats = nullptr;
 };
+
+/// Set in Engine::tensor_stats_due when the tensor must be handed over even
+/// if none of its stats is due: it keeps its previous value (update_*,
+/// frac_changed compare with the value at the previous observation).
+inline constexpr StatMask keep_previous_bit = StatMask{1} << 30;
 
 struct ObserveOptions {
   std::string_view mode = "train";
@@ -205,6 +220,25 @@ class Engine {
   /// param_stats_bit if some rule reads a parameterised stat of it (0: the
   /// tensor is unused and need not be passed to observe).
   [[nodiscard]] StatMask tensor_stats_used(TensorId id) const;
+  /// What the next observation needs of tensor series `id`, if it is at
+  /// `step` in `mode`: the stats some rule may read there, plus
+  /// param_stats_bit if one of its parameterised stats is needed and
+  /// keep_previous_bit if it keeps its previous value. 0: do not hand it
+  /// over (nor compute anything for it). A stat that feeds a window, a
+  /// stateful function (ewma...) or age() is due at every observation;
+  /// one read only by rules whose `every N steps`, `after N steps` or
+  /// `until N steps` is closed at `step`, or that run `in` another mode, is
+  /// not (a rule disabled by its cooldown still evaluates: it counts).
+  /// Handing over at each observation exactly the tensors with a nonzero
+  /// answer, with TensorSample::due set to it, gives the same firings (rule,
+  /// step, labels, value) as handing over every tensor every time; the
+  /// derived series of stats not due just have no sample there (a recorded
+  /// trace replays to the same firings). Valid for the next observe (until it or
+  /// restore_state); does not allocate after the first call.
+  ///   const auto due = engine.tensor_stats_due(grad_id, step);
+  ///   if (due != 0) tensors.push_back({grad_id, view, due});
+  [[nodiscard]] StatMask tensor_stats_due(TensorId id, std::int64_t step,
+                                          std::string_view mode = "train") const;
   /// Convenience form with keys; malformed keys are ignored (counted nowhere).
   std::span<const Firing> observe(std::int64_t step,
                                   std::initializer_list<std::pair<std::string_view, double>> values,

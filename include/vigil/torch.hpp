@@ -39,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,6 +92,23 @@ struct MonitorOptions {
   /// Observe gradients / weights at all (a rule must still read their stats).
   bool watch_grads = true;
   bool watch_weights = true;
+  /// Hand the engine a tensor only at the steps where some rule needs it,
+  /// and only the stats due then (Engine::tensor_stats_due): a rule
+  /// `every 10 steps` on grad_norm costs one step in ten. Firings are those
+  /// of collecting every step. false: every tensor some rule reads, every
+  /// step, all its stats (the reference the tests compare with).
+  bool only_due_tensors = true;
+  /// Where the stats of a tensor are computed (docs/torch.md, "Tensors on an
+  /// accelerator"). `non_cpu`: a tensor on another device is reduced there
+  /// by batched_stats() and only the stats come back; a CPU tensor is read
+  /// in place by the engine's fused kernels. `always`: every eligible tensor
+  /// goes through batched_stats(), CPU ones too (how the device path is
+  /// tested on a CPU-only libtorch). `never`: tensors on another device are
+  /// copied to the CPU. Tensors whose update or parameterised stats some
+  /// rule reads always take the CPU path (the engine keeps their previous
+  /// value and saves it in checkpoints).
+  enum class DeviceStats { non_cpu, always, never };
+  DeviceStats device_stats = DeviceStats::non_cpu;
   /// Multi-process jobs: applied to the loss before it is observed, e.g. the
   /// mean over the processes (vigil::torch::mean_across), so that every
   /// process sees the same loss. Empty: the process's own loss.
@@ -128,6 +146,19 @@ struct Decision {
   bool lr_changed = false;           // reduce_lr ran
   std::vector<FiredRule> firings;    // the firings of this evaluation
   std::vector<std::string> errors;   // actions that could not be carried out
+};
+
+/// What the Monitor has handed over so far (Monitor::stats()).
+struct MonitorStats {
+  /// Tensors handed to the engine, by view or as device-computed stats.
+  std::uint64_t tensors_observed = 0;
+  /// Of those, the ones reduced by batched_stats() (the device path).
+  std::uint64_t tensors_reduced_on_device = 0;
+  /// batched_stats() calls (one per device per step that has any).
+  std::uint64_t device_batches = 0;
+  /// Bytes copied from devices to the CPU for stats (one small vector per
+  /// batch; the tensors themselves never move on the device path).
+  std::uint64_t device_bytes = 0;
 };
 
 struct CheckpointInfo {
@@ -203,10 +234,32 @@ class Monitor {
   /// Monitor owns the engine's recorder slot).
   void record(std::function<void(const Observation&)> recorder);
 
+  /// Counts of the tensors handed over (tests and benchmarks read them).
+  [[nodiscard]] const MonitorStats& stats() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// The parameter-free stats (all but update_norm and update_ratio, which are
+/// NaN) of each of `tensors`, computed where the tensors are: the tensors are
+/// flattened into one float64 buffer on their device (one concatenation),
+/// each accumulator is one elementwise kernel and one segmented reduction
+/// over all of them at once (at::segment_reduce), and the results, stacked,
+/// come to the CPU in one copy of `accumulators x tensors` doubles (at most
+/// 13 x 8 = 104 bytes per tensor; `*transferred` gets the byte count). So a step costs
+/// a few kernels per stat, not one per stat per tensor, and never moves a
+/// tensor off its device. Accumulation is in double like the CPU kernels
+/// (equal to them within 1e-9 relative); NaN and Inf follow the same rules
+/// (docs/tensors.md). `wanted` limits the work to those stats (the others
+/// are NaN, numel is always set). All tensors must be on one device;
+/// undefined or empty tensors give numel 0 and NaN. Throws what libtorch
+/// throws (a tensor of a non-floating dtype is converted first).
+///   auto st = vigil::torch::batched_stats(grads, vigil::stat_bit(vigil::Stat::norm));
+std::vector<TensorStats> batched_stats(std::span<const at::Tensor> tensors,
+                                       StatMask wanted = ~StatMask{0},
+                                       std::size_t* transferred = nullptr);
 
 /// Multiplies the lr of every param group by `factor`, not going below
 /// `min_lr` (a group already below it is left alone). Returns the new lr of

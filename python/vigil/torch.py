@@ -220,6 +220,10 @@ class Monitor:
         at most this long (0: snapshot only).
     logger: a logging.Logger for log/alert and action errors (default "vigil").
     watch_grads / watch_weights: observe gradients / weights at all.
+    only_due_tensors: hand the engine a tensor only at the steps where some
+        rule needs it, and compute only its due stats (Engine.tensor_due): a
+        rule `every 10 steps` on grad_norm costs one step in ten, with the
+        firings of collecting every step. False: every step.
     reduce_loss: applied to the loss before it is observed (multi-process:
         the mean over the ranks).
     preemption_signals: when some rule reads `preempted`, handlers for these
@@ -249,6 +253,7 @@ class Monitor:
                  logger: Optional[logging.Logger] = None,
                  watch_grads: bool = True,
                  watch_weights: bool = True,
+                 only_due_tensors: bool = True,
                  reduce_loss: Optional[Callable[[float], float]] = None,
                  preemption_signals=(signal.SIGTERM,),
                  preemption_file: Union[str, os.PathLike, None] = None):
@@ -273,6 +278,7 @@ class Monitor:
         self.continue_after_pause_timeout = continue_after_pause_timeout
         self.log = logger or logging.getLogger("vigil")
         self.reduce_loss = reduce_loss
+        self.only_due_tensors = only_due_tensors
         #: Host integers saved in checkpoints and restored by rollback/resume
         #: (a data position, an epoch counter...).
         self.host_state: Dict[str, int] = {}
@@ -316,6 +322,11 @@ class Monitor:
             self._dollars_per_second = price * processes / 3600.0
         # The RNG when the previous after_step returned: the start of the next
         # step, for a checkpoint written before a step's update.
+        # Copying it costs ~20 us a step: only kept when some evaluation can
+        # both checkpoint and stop (the only checkpoint that uses it).
+        actions = set(engine.program.actions)
+        self._keep_step_rng = bool(self.checkpoint_dir) and "checkpoint" in actions and bool(
+            actions & {"stop", "pause_and_snapshot"})
         self._step_rng = _rng_state()
         # Steps up to this one were observed by the engine state resume()
         # restored: a repeated after_backward must not observe them again.
@@ -460,7 +471,8 @@ class Monitor:
         try:
             # The run clock is the observations' time: `every 30m` is 30
             # minutes of training, and goes on across resumes.
-            d.firings = self.engine.observe(step, values, tensors=tensors, time=run_time)
+            d.firings = self.engine.observe(step, values, tensors=tensors, time=run_time,
+                                            only_due=self.only_due_tensors)
         finally:
             queue, self._queue = self._queue, []
         for f in d.firings:
@@ -492,7 +504,8 @@ class Monitor:
             except (OSError, RuntimeError, ValueError) as e:
                 d.errors.append(f"checkpoint: {e}")
                 self.log.error("vigil: checkpoint: %s", e)
-        self._step_rng = _rng_state()
+        if self._keep_step_rng:
+            self._step_rng = _rng_state()
         return d
 
     # -- checkpoints -------------------------------------------------------

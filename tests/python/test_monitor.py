@@ -118,6 +118,47 @@ def test_only_series_some_rule_reads_are_observed(tmp_path):
     assert 'activation_frac_zero{layer="fc1"}' not in seen[-1]["values"]
 
 
+def _run_sparse(tmp_path, only_due):
+    rules = ("rule sparse: when grad_norm > 0.05 every 10 steps cooldown 10 steps do log\n"
+             "rule window: when max(grad_norm{layer=\"fc2.bias\"}[3]) > 1e9 do log\n")
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    model, opt, mon = _setup(rules, tmp_path, only_due_tensors=only_due)
+    seen = []
+    mon.record(seen.append)
+    firings = []
+    torch.manual_seed(1)
+    for step in range(1, 101):
+        d, _ = _step(model, opt, mon, step)
+        firings += [(f.rule, f.step, f.labels, f.value) for f in d.firings]
+    stats_at = {key: [o["step"] for o in seen if key in o["values"]]
+                for key in ('grad_norm{layer="fc1.weight"}', 'grad_norm{layer="fc2.bias"}')}
+    return firings, stats_at, float(model.fc1.weight.sum())
+
+
+def test_tensors_are_collected_only_at_the_steps_some_rule_needs_them(tmp_path):
+    # `every 10 steps` needs fc1.weight's gradient on 1 step in 10; the window
+    # over fc2.bias needs it every step. The firings are those of collecting
+    # every step.
+    every, every_at, every_w = _run_sparse(tmp_path / "every", only_due=False)
+    due, due_at, due_w = _run_sparse(tmp_path / "due", only_due=True)
+    assert every_at['grad_norm{layer="fc1.weight"}'] == list(range(1, 101))
+    assert due_at['grad_norm{layer="fc1.weight"}'] == list(range(1, 101, 10))
+    assert due_at['grad_norm{layer="fc2.bias"}'] == list(range(1, 101))
+    assert due and due == every
+    assert due_w == every_w
+
+
+def test_engine_tensor_due():
+    e = vigil.Engine(vigil.compile("rule r: when g_norm > 1 every 10 steps do log\n"), "record")
+    assert e.tensor_due("g", 1)
+    e.observe(1, tensors={"g": torch.ones(2)}, only_due=True)
+    assert not e.tensor_due("g", 2)
+    assert e.tensor_due("g", 11)
+    assert not e.tensor_due("h", 11)  # no rule reads it
+    with pytest.raises(ValueError):
+        e.tensor_due("g{", 1)
+
+
 def test_reduce_lr_on_every_param_group_and_log_alert(tmp_path, caplog):
     torch.manual_seed(0)
     model = Tiny()
