@@ -129,10 +129,15 @@ class TagTable {
   static constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 
   [[nodiscard]] std::uint32_t find(std::string_view tag) {
-    std::uint32_t& cached = cache_[quick(tag)];
-    if (cached != kNone && names_[cached] == tag) return cached;
+    const Key key = key_of(tag);
+    Cached& c = cache_[key.slot()];
+    // Tags of up to 16 bytes are wholly in their key; longer ones compare
+    // the bytes between.
+    if (c.id != kNone && c.key == key &&
+        (tag.size() <= 16 || names_[c.id].compare(8, tag.size() - 16, tag.substr(8, tag.size() - 16)) == 0))
+      return c.id;
     const std::uint32_t id = find_in_table(tag);
-    if (id != kNone) cached = id;
+    if (id != kNone) c = Cached{key, id};
     return id;
   }
 
@@ -165,14 +170,39 @@ class TagTable {
 
  private:
   static constexpr std::size_t kCache = 256;
-  static std::size_t quick(std::string_view s) {
-    std::uint64_t first = 0, last = 0;
-    const std::size_t n = std::min<std::size_t>(s.size(), 8);
-    std::memcpy(&first, s.data(), n);
-    std::memcpy(&last, s.data() + s.size() - n, n);
-    const std::uint64_t h = (first ^ std::rotl(last, 29) ^ s.size()) * 0x9E3779B97F4A7C15ull;
-    return static_cast<std::size_t>(h >> 56);  // kCache entries
+  // A tag's length with its first and last 8 bytes (zero-padded when
+  // shorter), loaded without a variable-length copy.
+  struct Key {
+    std::uint64_t first = 0, last = 0, size = 0;
+    bool operator==(const Key&) const = default;
+    [[nodiscard]] std::size_t slot() const {
+      const std::uint64_t h = (first ^ std::rotl(last, 29) ^ size) * 0x9E3779B97F4A7C15ull;
+      return static_cast<std::size_t>(h >> 56);  // kCache entries
+    }
+  };
+  static Key key_of(std::string_view s) {
+    Key k;
+    k.size = s.size();
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    const std::size_t n = s.size();
+    if (n >= 8) {
+      std::memcpy(&k.first, p, 8);
+      std::memcpy(&k.last, p + n - 8, 8);
+    } else if (n >= 4) {
+      std::uint32_t a, b;
+      std::memcpy(&a, p, 4);
+      std::memcpy(&b, p + n - 4, 4);
+      k.first = a;
+      k.last = b;
+    } else if (n > 0) {
+      k.first = p[0] | (std::uint64_t{p[n / 2]} << 8) | (std::uint64_t{p[n - 1]} << 16);
+    }
+    return k;
   }
+  struct Cached {
+    Key key;
+    std::uint32_t id = kNone;
+  };
   static std::uint64_t hash(std::string_view s) {
     constexpr std::uint64_t k = 0x9E3779B97F4A7C15ull;
     std::uint64_t h = s.size() * k;
@@ -201,12 +231,7 @@ class TagTable {
   }
 
   std::vector<std::string> names_;
-  std::array<std::uint32_t, kCache> cache_ = filled(kNone);
-  static constexpr std::array<std::uint32_t, kCache> filled(std::uint32_t v) {
-    std::array<std::uint32_t, kCache> a{};
-    a.fill(v);
-    return a;
-  }
+  std::array<Cached, kCache> cache_{};
   std::vector<std::uint32_t> slots_;  // ids, kNone where empty; a power of two long
   std::size_t mask_ = 0;
 };
