@@ -157,7 +157,7 @@ class TagTable {
     const auto id = static_cast<std::uint32_t>(names_.size());
     names_.emplace_back(tag);
     if (2 * names_.size() > slots_.size()) {  // load at most 1/2
-      slots_.assign(std::max<std::size_t>(64, 4 * names_.size()), kNone);
+      slots_.assign(std::bit_ceil(std::max<std::size_t>(64, 4 * names_.size())), kNone);
       mask_ = slots_.size() - 1;
       for (std::uint32_t k = 0; k < names_.size(); ++k) place(k);
     } else {
@@ -246,6 +246,13 @@ struct ReadBuffer {
   [[nodiscard]] std::string_view bytes() const { return {data.get() + begin, end - begin}; }
   [[nodiscard]] std::size_t size() const { return end - begin; }
   void consume(std::size_t n) { begin += n; }
+  /// Gives the memory back when nothing is held (a directory may hold many
+  /// files: each keeps only its incomplete record between reads).
+  void release_if_empty() {
+    if (size() > 0) return;
+    data.reset();
+    capacity = begin = end = 0;
+  }
   /// Room for at least `n` more bytes after the held ones, which move to the
   /// front (at most one incomplete record: records are decoded as they come).
   char* room(std::size_t n) {
@@ -503,9 +510,13 @@ class TensorBoardReader final : public TraceReader {
     const bool read_error = f.input->failed();
     const std::string failure = read_error ? f.input->failure() : std::string();
     if (is_dir_) f.input.reset();
-    if (f.done) return;
+    if (f.done) {  // damaged: never read again
+      f.pending = ReadBuffer{};
+      return;
+    }
     if (read_error) return fail(f, f.size, failure);
     decode_records(f, /*at_end=*/true);
+    f.pending.release_if_empty();
   }
 
   // Decodes the whole records at the start of f.pending and drops their bytes.
