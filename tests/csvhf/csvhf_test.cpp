@@ -463,7 +463,7 @@ TEST_F(CsvHfTest, ReusedObservationsCarryNothingOver) {
   const auto expected = read_all(path);
   ASSERT_FALSE(expected.error) << expected.error->format();
   using Values = std::vector<std::pair<std::string, double>>;
-  ASSERT_EQ(expected.records.size(), 7u);
+  ASSERT_EQ(expected.records.size(), 8u);  // rows 2, 3 and 5 are train and eval
   EXPECT_EQ(expected.records[0].values,
             (Values{{"epoch", 0}, {"a_rather_long_training_metric_name", 0.5}, {"shared_epoch_is_not_this", 7}}));
   EXPECT_EQ(expected.records[1].values, (Values{{"epoch", 0}, {"shared_epoch_is_not_this", 8}}));
@@ -472,6 +472,7 @@ TEST_F(CsvHfTest, ReusedObservationsCarryNothingOver) {
   EXPECT_EQ(expected.records[4].values, (Values{{"epoch", 1}, {"val_a_rather_long_eval_metric", 2.5}}));
   EXPECT_EQ(expected.records[5].values, (Values{{"epoch", 1}}));
   EXPECT_EQ(expected.records[6].mode, "train");
+  EXPECT_EQ(expected.records[7].values, (Values{{"epoch", 2}, {"val_a_rather_long_eval_metric", 7.5}}));
 
   vigil::TraceError error;
   auto reader = vigil::open_csv(path, error);
