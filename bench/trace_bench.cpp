@@ -6,13 +6,21 @@
 //                                every byte (the least any checking reader must do)
 //   BM_ReadJsonl                 open_jsonl + next() over a ~50 MB JSONL file
 //   BM_ReadJsonl_Baseline        the same file's bytes: fread + newline count
+//   BM_ReadCsv                   open_csv + next() over a ~50 MB wide CSV
+//   BM_ReadCsv_Baseline          the same file's bytes: fread + newline count
 //
-// Both files are generated at start into the temp directory from the real
-// Lightning run in tests/tb/data (its records repeated with shifted steps, so
-// the content is what a trainer writes) and removed at the end.
+// The TensorBoard and JSONL files are generated at start into the temp
+// directory from the real Lightning run in tests/tb/data (its records
+// repeated with shifted steps, so the content is what a trainer writes); the
+// CSV file is a Lightning-style metrics.csv of 10 numeric columns (step,
+// time, 6 train series written every row, 2 eval series every 10th row, as
+// a logger writes them: shortest round-trip decimals). All are removed at
+// the end.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -38,12 +46,14 @@ const fs::path kRealRun = fs::path(VIGIL_SOURCE_DIR) / "tests/tb/data/" /
                           "lightning_lstm_textgen/events.out.tfevents.1716735746.99c8c45923de.3769.0";
 
 struct Files {
-  std::string tensorboard, jsonl;
-  std::uint64_t tensorboard_bytes = 0, jsonl_bytes = 0;
+  std::string tensorboard, jsonl, csv;
+  std::uint64_t tensorboard_bytes = 0, jsonl_bytes = 0, csv_bytes = 0;
   // What each file holds, known from how it was written: a reader that
   // returns fewer observations did less work and its time would mean nothing.
-  std::uint64_t tensorboard_observations = 0, jsonl_observations = 0;
+  std::uint64_t tensorboard_observations = 0, jsonl_observations = 0, csv_observations = 0;
 };
+
+enum class Format { tensorboard, jsonl, csv };
 
 Files& files() {
   static Files f;
@@ -115,17 +125,55 @@ bool generate() {
     }
   std::ofstream(f.jsonl, std::ios::binary) << text;
   f.jsonl_bytes = text.size();
+
+  // The wide CSV: every row a train observation, every 10th also an eval one.
+  f.csv = (tmp / "metrics.csv").string();
+  std::string csv = "step,wall_time,loss,lr,grad_norm,acc,tokens_per_s,mem_gb,val_loss,val_acc\n";
+  char number[64];
+  auto put = [&](double v) {
+    const auto end = std::to_chars(number, number + sizeof number, v).ptr;
+    csv.append(number, end);
+  };
+  for (std::int64_t step = 0; csv.size() < kTargetBytes; ++step) {
+    const double x = static_cast<double>(step);
+    csv += std::to_string(step);
+    for (double v : {1716735746.0 + x * 0.137, 2.5 / (1.0 + x * 1e-4) + 0.01 * std::sin(x),
+                     3e-4 * std::cos(x * 1e-5), 1.0 + 0.5 * std::sin(x * 0.01), 0.5 + x * 1e-8,
+                     41234.5 + std::fmod(x * 7.3, 1000.0), 17.25 + std::fmod(x, 3.0)}) {
+      csv += ',';
+      put(v);
+    }
+    if (step % 10 == 0) {
+      csv += ',';
+      put(2.6 / (1.0 + x * 1e-4));
+      csv += ',';
+      put(0.4 + x * 1e-8);
+      f.csv_observations += 2;
+    } else {
+      csv += ",,";
+      f.csv_observations += 1;
+    }
+    csv += '\n';
+  }
+  std::ofstream(f.csv, std::ios::binary) << csv;
+  f.csv_bytes = csv.size();
   return true;
 }
 
-void read_trace(benchmark::State& state, bool tensorboard) {
+void read_trace(benchmark::State& state, Format format) {
   const Files& f = files();
-  const std::string& path = tensorboard ? f.tensorboard : f.jsonl;
-  const std::uint64_t expected = tensorboard ? f.tensorboard_observations : f.jsonl_observations;
+  const std::string& path = format == Format::tensorboard ? f.tensorboard
+                            : format == Format::jsonl     ? f.jsonl
+                                                          : f.csv;
+  const std::uint64_t expected = format == Format::tensorboard ? f.tensorboard_observations
+                                 : format == Format::jsonl     ? f.jsonl_observations
+                                                               : f.csv_observations;
   std::uint64_t observations = 0;
   for (auto _ : state) {
     vigil::TraceError error;
-    auto reader = tensorboard ? vigil::open_tensorboard(path, error) : vigil::open_jsonl(path, error);
+    auto reader = format == Format::tensorboard ? vigil::open_tensorboard(path, error)
+                  : format == Format::jsonl     ? vigil::open_jsonl(path, error)
+                                                : vigil::open_csv(path, error);
     if (!reader) {
       state.SkipWithError(error.format().c_str());
       return;
@@ -145,7 +193,9 @@ void read_trace(benchmark::State& state, bool tensorboard) {
                                   std::to_string(expected) + " written"))
       return;
   }
-  const auto bytes = tensorboard ? f.tensorboard_bytes : f.jsonl_bytes;
+  const auto bytes = format == Format::tensorboard ? f.tensorboard_bytes
+                     : format == Format::jsonl     ? f.jsonl_bytes
+                                                   : f.csv_bytes;
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
   state.counters["observations"] = static_cast<double>(observations);
 }
@@ -166,17 +216,25 @@ void read_bytes(benchmark::State& state, const std::string& path, std::uint64_t 
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
 }
 
-void BM_ReadTensorBoard(benchmark::State& state) { read_trace(state, true); }
+void BM_ReadTensorBoard(benchmark::State& state) { read_trace(state, Format::tensorboard); }
 
 void BM_ReadTensorBoard_Baseline(benchmark::State& state) {
   read_bytes(state, files().tensorboard, files().tensorboard_bytes,
              [](std::string_view chunk) { return vigil::tb::crc32c(chunk); });
 }
 
-void BM_ReadJsonl(benchmark::State& state) { read_trace(state, false); }
+void BM_ReadJsonl(benchmark::State& state) { read_trace(state, Format::jsonl); }
 
 void BM_ReadJsonl_Baseline(benchmark::State& state) {
   read_bytes(state, files().jsonl, files().jsonl_bytes, [](std::string_view chunk) {
+    return static_cast<std::uint64_t>(std::count(chunk.begin(), chunk.end(), '\n'));
+  });
+}
+
+void BM_ReadCsv(benchmark::State& state) { read_trace(state, Format::csv); }
+
+void BM_ReadCsv_Baseline(benchmark::State& state) {
+  read_bytes(state, files().csv, files().csv_bytes, [](std::string_view chunk) {
     return static_cast<std::uint64_t>(std::count(chunk.begin(), chunk.end(), '\n'));
   });
 }
@@ -185,6 +243,8 @@ BENCHMARK(BM_ReadTensorBoard)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadTensorBoard_Baseline)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadJsonl)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadJsonl_Baseline)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadCsv)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadCsv_Baseline)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

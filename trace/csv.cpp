@@ -34,19 +34,23 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <limits>
 #include <optional>
 #include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "trace/input.hpp"
 #include "trace/io.hpp"
@@ -154,8 +158,11 @@ enum class Scan { complete, incomplete, bad };
 /// `complete`, `fields[0, count)` hold the unquoted fields, `consumed` the
 /// record's bytes (with its line end) and `newlines` the line ends it spans.
 /// On `bad`, `message` says why and `bad_at` where (relative to `data`).
+/// The fields are views of `data` (a record without quotes, nearly every
+/// one) or of the scanner's own copies (a record with quoted fields, which
+/// are unescaped); they are valid until the next scan or until `data` changes.
 struct RecordScanner {
-  std::vector<std::string> fields;  // reused across records: no allocation once warm
+  std::vector<std::string_view> fields;  // reused across records: no allocation once warm
   std::size_t count = 0;
   std::size_t consumed = 0;
   std::size_t newlines = 0;
@@ -163,17 +170,65 @@ struct RecordScanner {
   bool first_quoted = false;  // fields[0] was quoted (so an empty one is not a blank line)
   std::string message;
 
-  std::string& start_field() {
-    if (fields.size() <= count) fields.emplace_back();
-    auto& f = fields[count++];
-    f.clear();
-    return f;
-  }
-
   Scan scan(std::string_view data, bool final) {
     count = 0;
     newlines = 0;
     first_quoted = false;
+    // A line without a quote character: its end and its commas are found
+    // with memchr (SIMD in glibc) and the fields are views of the line.
+    const char* b = data.data();
+    const auto* nl = static_cast<const char*>(std::memchr(b, '\n', data.size()));
+    const std::size_t line_end = nl != nullptr ? static_cast<std::size_t>(nl - b) : data.size();
+    if (std::memchr(b, '"', line_end) == nullptr) {
+      if (nl == nullptr && !final) return Scan::incomplete;
+      std::size_t start = 0, i = 0;
+#if defined(__SSE2__)
+      // 16 bytes at a time: a bit per comma (fields are short, so one
+      // memchr per field would cost a call per ~10 bytes).
+      const __m128i comma = _mm_set1_epi8(',');
+      for (; i + 16 <= line_end; i += 16) {
+        const __m128i block = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i));
+        auto mask = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(block, comma)));
+        for (; mask != 0; mask &= mask - 1) {
+          const std::size_t at = i + static_cast<std::size_t>(std::countr_zero(mask));
+          add(std::string_view(b + start, at - start));
+          start = at + 1;
+        }
+      }
+#endif
+      for (; i < line_end; ++i)
+        if (b[i] == ',') {
+          add(std::string_view(b + start, i - start));
+          start = i + 1;
+        }
+      add(std::string_view(b + start, line_end - start));
+      std::string_view& last = fields[count - 1];
+      if (!last.empty() && last.back() == '\r') last.remove_suffix(1);
+      consumed = nl != nullptr ? line_end + 1 : data.size();
+      newlines = nl != nullptr ? 1 : 0;
+      return Scan::complete;
+    }
+    return scan_quoted(data, final);
+  }
+
+ private:
+  std::vector<std::string> copies_;  // the fields of a record with quotes, unescaped
+
+  void add(std::string_view field) {
+    if (fields.size() <= count) fields.emplace_back();
+    fields[count++] = field;
+  }
+
+  std::string& start_field() {
+    if (copies_.size() <= count) copies_.emplace_back();
+    auto& f = copies_[count++];
+    f.clear();
+    return f;
+  }
+
+  // Character by character, with quoted fields, escapes and line ends inside
+  // quotes; the fields are built in copies_ and viewed at the end.
+  Scan scan_quoted(std::string_view data, bool final) {
     std::string* cur = &start_field();
     bool at_field_start = true;
     bool after_quote = false;  // the current field was quoted and has been closed
@@ -181,6 +236,8 @@ struct RecordScanner {
     auto finish = [&](std::size_t end) {
       if (!after_quote && !cur->empty() && cur->back() == '\r') cur->pop_back();
       consumed = end;
+      if (fields.size() < count) fields.resize(count);
+      for (std::size_t k = 0; k < count; ++k) fields[k] = copies_[k];
       return Scan::complete;
     };
     for (;;) {
@@ -250,9 +307,11 @@ class CsvReader final : public TraceReader {
 
   bool next(Observation& out) override {
     for (;;) {
-      if (!ready_.empty()) {
-        out = std::move(ready_.front());
-        ready_.pop_front();
+      if (ready_count_ > 0) {
+        // `out`'s old buffers go to the ring, to be filled again.
+        std::swap(out, ready_[ready_head_]);
+        ready_head_ = (ready_head_ + 1) % ready_.size();
+        --ready_count_;
         return true;
       }
       if (error_) return false;
@@ -261,7 +320,7 @@ class CsvReader final : public TraceReader {
         // End of the data (for now) or damage: a long CSV's last group is
         // made of complete rows, so it is handed out.
         if (group_open_) flush_group();
-        if (!ready_.empty()) continue;
+        if (ready_count_ > 0) continue;
         return false;
       }
       if (long_) take_long_row();
@@ -419,6 +478,12 @@ class CsvReader final : public TraceReader {
         ++per_mode[static_cast<std::size_t>(modes_[i])];
       }
     }
+    shared_columns_.clear();
+    for (auto& list : series_columns_) list.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (columns_[i] == Role::shared) shared_columns_.push_back(i);
+      if (columns_[i] == Role::series) series_columns_[static_cast<std::size_t>(modes_[i])].push_back(i);
+    }
     description_ = fmt::format("wide CSV, step column '{}'{}, {} train and {} eval series{}",
                                names_[step],
                                time < n ? fmt::format(", time column '{}'", names_[time]) : "",
@@ -475,12 +540,26 @@ class CsvReader final : public TraceReader {
     }
   }
 
+  /// Sets values[n] to (name, v), reusing the string there; ++n.
+  static void put(Observation& obs, std::size_t& n, const std::string& name, double v) {
+    if (n < obs.values.size()) {
+      obs.values[n].first.assign(name);
+      obs.values[n].second = v;
+    } else {
+      obs.values.emplace_back(name, v);
+    }
+    ++n;
+  }
+
   void take_wide_row() {
     if (!check_width()) return;
     std::int64_t step = 0;
     double time = std::numeric_limits<double>::quiet_NaN();
-    shared_.clear();
-    reset(row_, 0, time);
+    // Every cell is read first, in column order, so that the first bad cell
+    // is the one reported; then the observations are assembled.
+    cells_.resize(columns_.size());
+    bool any = false, any_shared = false;
+    std::size_t per_mode[mode_count] = {};
     for (std::size_t i = 0; i < columns_.size(); ++i) {
       const Role role = columns_[i];
       if (role == Role::ignored) continue;
@@ -488,25 +567,28 @@ class CsvReader final : public TraceReader {
         if (!read_step(i, step)) return;
         continue;
       }
-      double v = 0;
-      bool has = false;
-      if (!read_value(i, v, has)) return;
-      if (!has) continue;
-      if (role == Role::time) time = v;
-      else if (role == Role::shared) shared_.emplace_back(names_[i], v);
-      else row_[static_cast<std::size_t>(modes_[i])].values.emplace_back(names_[i], v);
+      Cell& c = cells_[i];
+      if (!read_value(i, c.value, c.has)) return;
+      if (!c.has) continue;
+      if (role == Role::time) time = c.value;
+      else if (role == Role::shared) any_shared = true;
+      else if (role == Role::series) any = true, ++per_mode[static_cast<std::size_t>(modes_[i])];
     }
-    const bool any = std::any_of(row_.begin(), row_.end(),
-                                 [](const Observation& o) { return !o.values.empty(); });
     for (std::size_t m = 0; m < mode_count; ++m) {
-      auto& obs = row_[m];
       // A row holding only shared samples is a train observation of them.
-      const bool only_shared = m == 0 && !any && !shared_.empty();
-      if (obs.values.empty() && !only_shared) continue;
+      const bool only_shared = m == 0 && !any && any_shared;
+      if (per_mode[m] == 0 && !only_shared) continue;
+      Observation& obs = row_[m];
+      std::size_t n = 0;
+      for (const std::size_t i : shared_columns_)
+        if (cells_[i].has) put(obs, n, names_[i], cells_[i].value);
+      for (const std::size_t i : series_columns_[m])
+        if (cells_[i].has) put(obs, n, names_[i], cells_[i].value);
+      obs.values.resize(n);
       obs.step = step;
       obs.time = time;
-      obs.values.insert(obs.values.begin(), shared_.begin(), shared_.end());
-      ready_.push_back(obs);
+      obs.mode = mode_names[m];
+      push_ready(obs);
     }
   }
 
@@ -545,7 +627,14 @@ class CsvReader final : public TraceReader {
   void flush_group() {
     group_open_ = false;
     for (auto& obs : row_)
-      if (!obs.values.empty()) ready_.push_back(obs);
+      if (!obs.values.empty()) push_ready(obs);
+  }
+
+  /// Queues `obs` to be handed out by swapping it into the ring: `obs` gets
+  /// that slot's old buffers to fill next, so nothing is copied or allocated.
+  void push_ready(Observation& obs) {
+    std::swap(ready_[(ready_head_ + ready_count_) % ready_.size()], obs);
+    ++ready_count_;
   }
 
   std::unique_ptr<trace_io::Input> in_;
@@ -565,13 +654,25 @@ class CsvReader final : public TraceReader {
   std::vector<Role> columns_;  // empty until the header is read
   bool long_ = false;
   std::string description_;
-  std::deque<Observation> ready_;  // observations made from a row, not yet handed out
+  // Observations made from a row, not yet handed out: a ring, drained
+  // before the next record is read. One record makes at most six (a long
+  // CSV's group of three modes, then, at a damaged row, the new group's).
+  std::array<Observation, 8> ready_;
+  std::size_t ready_head_ = 0, ready_count_ = 0;
 
   std::vector<Mode> modes_;    // wide CSV: each series column's mode
   // The observations being made from a row (wide) or a group of rows (long),
   // one per mode; kept to reuse their storage.
   std::array<Observation, mode_count> row_;
-  std::vector<std::pair<std::string, double>> shared_;
+  // Wide CSV: the shared columns and each mode's series columns, in order,
+  // and the current row's cells.
+  std::vector<std::size_t> shared_columns_;
+  std::array<std::vector<std::size_t>, mode_count> series_columns_;
+  struct Cell {
+    double value = 0;
+    bool has = false;
+  };
+  std::vector<Cell> cells_;
   bool group_open_ = false;  // long CSV: row_ holds a group being gathered
 };
 

@@ -9,23 +9,26 @@
 // completed meanwhile; an incomplete last record is simply not written yet.
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <limits>
+#include <memory>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
-#include <google/protobuf/stubs/logging.h>
-
-#include "trace/event.pb.h"
+#include "trace/event.pb.h"  // the writer's; reading decodes the wire format itself
 #include "trace/input.hpp"
 #include "trace/tensorboard_record.hpp"
+#include "trace/tensorboard_wire.hpp"
 #include "vigil/trace.hpp"
 
 namespace vigil {
@@ -105,100 +108,208 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-// The text fields of `e` (declared bytes in event.proto) that are not UTF-8,
-// named for the error; empty if all are.
-std::string_view bad_text_field(const tb::Event& e) {
-  if (e.has_summary())
-    for (const auto& v : e.summary().value()) {
-      if (!valid_utf8(v.tag())) return "summary tag";
-      if (v.has_metadata() && !valid_utf8(v.metadata().plugin_data().plugin_name()))
-        return "plugin name";
-    }
-  return {};
-}
+// Heterogeneous lookup: finding a known tag by the record's bytes does not
+// allocate.
+struct Hash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <typename V>
+using TagMap = std::unordered_map<std::string, V, Hash, std::equal_to<>>;
 
-double half_to_double(std::uint32_t bits) {
-  const std::uint32_t sign = (bits >> 15) & 1u, exponent = (bits >> 10) & 0x1Fu,
-                      mantissa = bits & 0x3FFu;
-  double v;
-  if (exponent == 0) v = std::ldexp(static_cast<double>(mantissa), -24);  // subnormal or zero
-  else if (exponent == 31) v = mantissa ? std::numeric_limits<double>::quiet_NaN()
-                                        : std::numeric_limits<double>::infinity();
-  else v = std::ldexp(static_cast<double>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
-  return sign ? -v : v;
-}
+// Series names by id, and the id of a name found by the record's raw tag
+// bytes: a small direct-mapped cache keyed by the tag's length and first and
+// last 8 bytes (a hit costs two loads and a compare), then an open-addressing
+// table with a hash of all the bytes, 8 at a time. std::unordered_map's
+// lookup (a byte-at-a-time hash, a node per entry) was a third of the
+// reader's time, as every scalar looks its tag up. Tags that collide in the
+// cache only miss it: every hit is checked against the whole name.
+class TagTable {
+ public:
+  static constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 
-double bfloat16_to_double(std::uint32_t bits) {
-  const std::uint32_t f32 = (bits & 0xFFFFu) << 16;
-  float f;
-  std::memcpy(&f, &f32, 4);
-  return f;
-}
-
-template <typename T>
-double load_le(const std::string& bytes) {
-  T v;
-  std::memcpy(&v, bytes.data(), sizeof(T));
-  return static_cast<double>(v);
-}
-
-// The value of a tensor with exactly one element of a numeric type, from the
-// typed repeated field or from tensor_content; nullopt for anything else
-// (histograms, images, text, vectors), which is skipped, not an error.
-std::optional<double> tensor_scalar(const tb::TensorProto& t) {
-  const auto& shape = t.tensor_shape();
-  if (shape.unknown_rank()) return std::nullopt;
-  for (const auto& dim : shape.dim())
-    if (dim.size() != 1) return std::nullopt;
-  const std::string& content = t.tensor_content();
-  auto from_content = [&](std::size_t width, auto load) -> std::optional<double> {
-    if (content.size() != width) return std::nullopt;
-    return load(content);
-  };
-  auto one = [](const auto& field) -> std::optional<double> {
-    if (field.size() != 1) return std::nullopt;
-    return static_cast<double>(field.Get(0));
-  };
-  const bool packed = !content.empty();
-  switch (t.dtype()) {
-    case tb::DT_FLOAT:
-      return packed ? from_content(4, load_le<float>) : one(t.float_val());
-    case tb::DT_DOUBLE:
-      return packed ? from_content(8, load_le<double>) : one(t.double_val());
-    case tb::DT_INT32:
-      return packed ? from_content(4, load_le<std::int32_t>) : one(t.int_val());
-    case tb::DT_INT16:
-      return packed ? from_content(2, load_le<std::int16_t>) : one(t.int_val());
-    case tb::DT_INT8:
-      return packed ? from_content(1, load_le<std::int8_t>) : one(t.int_val());
-    case tb::DT_UINT8:
-      return packed ? from_content(1, load_le<std::uint8_t>) : one(t.int_val());
-    case tb::DT_INT64:
-      return packed ? from_content(8, load_le<std::int64_t>) : one(t.int64_val());
-    case tb::DT_BOOL:
-      return packed ? from_content(1, load_le<std::uint8_t>) : one(t.bool_val());
-    case tb::DT_HALF:
-    case tb::DT_BFLOAT16: {
-      const auto convert = t.dtype() == tb::DT_HALF ? half_to_double : bfloat16_to_double;
-      if (packed) {
-        if (content.size() != 2) return std::nullopt;
-        return convert(static_cast<std::uint8_t>(content[0]) |
-                       (static_cast<std::uint32_t>(static_cast<std::uint8_t>(content[1])) << 8));
-      }
-      if (t.half_val_size() != 1) return std::nullopt;
-      return convert(static_cast<std::uint32_t>(t.half_val(0)));
-    }
-    default:
-      return std::nullopt;
+  [[nodiscard]] std::uint32_t find(std::string_view tag) {
+    const Key key = key_of(tag);
+    Cached& c = cache_[key.slot()];
+    // Tags of up to 16 bytes are wholly in their key; longer ones compare
+    // the bytes between.
+    if (c.id != kNone && c.key == key &&
+        (tag.size() <= 16 || names_[c.id].compare(8, tag.size() - 16, tag.substr(8, tag.size() - 16)) == 0))
+      return c.id;
+    const std::uint32_t id = find_in_table(tag);
+    if (id != kNone) c = Cached{key, id};
+    return id;
   }
-}
+
+ private:
+  [[nodiscard]] std::uint32_t find_in_table(std::string_view tag) const {
+    if (slots_.empty()) return kNone;
+    for (std::size_t i = hash(tag) & mask_;; i = (i + 1) & mask_) {
+      const std::uint32_t id = slots_[i];
+      if (id == kNone) return kNone;
+      if (names_[id] == tag) return id;
+    }
+  }
+
+ public:
+  /// Adds a name not in the table; returns its id.
+  std::uint32_t add(std::string_view tag) {
+    const auto id = static_cast<std::uint32_t>(names_.size());
+    names_.emplace_back(tag);
+    if (2 * names_.size() > slots_.size()) {  // load at most 1/2
+      slots_.assign(std::bit_ceil(std::max<std::size_t>(64, 4 * names_.size())), kNone);
+      mask_ = slots_.size() - 1;
+      for (std::uint32_t k = 0; k < names_.size(); ++k) place(k);
+    } else {
+      place(id);
+    }
+    return id;
+  }
+  [[nodiscard]] const std::string& name(std::uint32_t id) const { return names_[id]; }
+  [[nodiscard]] std::size_t size() const { return names_.size(); }
+
+ private:
+  static constexpr std::size_t kCache = 256;
+  // A tag's length with its first and last 8 bytes (zero-padded when
+  // shorter), loaded without a variable-length copy.
+  struct Key {
+    std::uint64_t first = 0, last = 0, size = 0;
+    bool operator==(const Key&) const = default;
+    [[nodiscard]] std::size_t slot() const {
+      const std::uint64_t h = (first ^ std::rotl(last, 29) ^ size) * 0x9E3779B97F4A7C15ull;
+      return static_cast<std::size_t>(h >> 56);  // kCache entries
+    }
+  };
+  static Key key_of(std::string_view s) {
+    Key k;
+    k.size = s.size();
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    const std::size_t n = s.size();
+    if (n >= 8) {
+      std::memcpy(&k.first, p, 8);
+      std::memcpy(&k.last, p + n - 8, 8);
+    } else if (n >= 4) {
+      std::uint32_t a, b;
+      std::memcpy(&a, p, 4);
+      std::memcpy(&b, p + n - 4, 4);
+      k.first = a;
+      k.last = b;
+    } else if (n > 0) {
+      k.first = p[0] | (std::uint64_t{p[n / 2]} << 8) | (std::uint64_t{p[n - 1]} << 16);
+    }
+    return k;
+  }
+  struct Cached {
+    Key key;
+    std::uint32_t id = kNone;
+  };
+  static std::uint64_t hash(std::string_view s) {
+    constexpr std::uint64_t k = 0x9E3779B97F4A7C15ull;
+    std::uint64_t h = s.size() * k;
+    const char* p = s.data();
+    std::size_t n = s.size();
+    auto mix = [&](std::uint64_t w) {
+      h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+      h ^= h >> 31;
+    };
+    for (; n >= 8; p += 8, n -= 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p, 8);
+      mix(w);
+    }
+    if (n > 0) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, p, n);
+      mix(w);
+    }
+    return (h ^ (h >> 29)) * k >> 16;
+  }
+  void place(std::uint32_t id) {
+    std::size_t i = hash(names_[id]) & mask_;
+    while (slots_[i] != kNone) i = (i + 1) & mask_;
+    slots_[i] = id;
+  }
+
+  std::vector<std::string> names_;
+  std::array<Cached, kCache> cache_{};
+  std::vector<std::uint32_t> slots_;  // ids, kNone where empty; a power of two long
+  std::size_t mask_ = 0;
+};
+
+// Bytes read from a file and not yet decoded: [begin, end) of `data`. A plain
+// array rather than a std::string, so that a read goes straight into it
+// (std::string would zero the space first).
+struct ReadBuffer {
+  std::unique_ptr<char[]> data;
+  std::size_t capacity = 0, begin = 0, end = 0;
+
+  [[nodiscard]] std::string_view bytes() const { return {data.get() + begin, end - begin}; }
+  [[nodiscard]] std::size_t size() const { return end - begin; }
+  void consume(std::size_t n) { begin += n; }
+  /// Gives the memory back when nothing is held (a directory may hold many
+  /// files: each keeps only its incomplete record between reads).
+  void release_if_empty() {
+    if (size() > 0) return;
+    data.reset();
+    capacity = begin = end = 0;
+  }
+  /// Room for at least `n` more bytes after the held ones, which move to the
+  /// front (at most one incomplete record: records are decoded as they come).
+  char* room(std::size_t n) {
+    const std::size_t held = size();
+    if (capacity - held < n) {
+      const std::size_t grown = std::max(held + n, capacity * 2);
+      auto bigger = std::make_unique_for_overwrite<char[]>(grown);
+      if (held > 0) std::memcpy(bigger.get(), data.get() + begin, held);
+      data = std::move(bigger);
+      capacity = grown;
+    } else if (begin > 0) {
+      if (held > 0) std::memmove(data.get(), data.get() + begin, held);
+    }
+    begin = 0;
+    end = held;
+    return data.get() + end;
+  }
+};
+
+// Storage for the queue of observations, which holds a whole event file's
+// worth (tens of MB): large blocks are mapped with transparent huge pages
+// requested (MADV_HUGEPAGE), so that touching them costs one page fault per
+// 2 MiB instead of one per 4 KiB. Page faults were most of the reader's time
+// on a virtual machine before this. Small blocks come from the heap.
+template <typename T>
+struct BigAllocator {
+  using value_type = T;
+  static constexpr std::size_t kMapped = std::size_t{4} << 20;
+  BigAllocator() = default;
+  template <typename U>
+  BigAllocator(const BigAllocator<U>&) {}  // NOLINT: allocators convert implicitly
+  static std::size_t mapped_size(std::size_t n) {
+    const std::size_t huge = std::size_t{2} << 20;
+    return (n * sizeof(T) + huge - 1) / huge * huge;
+  }
+  T* allocate(std::size_t n) {
+    if (n * sizeof(T) < kMapped) return std::allocator<T>().allocate(n);
+    void* p = ::mmap(nullptr, mapped_size(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    ::madvise(p, mapped_size(n), MADV_HUGEPAGE);  // a hint: without THP, plain pages
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t n) {
+    if (n * sizeof(T) < kMapped) return std::allocator<T>().deallocate(p, n);
+    ::munmap(p, mapped_size(n));
+  }
+  template <typename U>
+  bool operator==(const BigAllocator<U>&) const { return true; }
+};
 
 // One event file being read.
 struct EventFile {
   std::string path;
   std::string_view dir_mode;   // from mode_of_dirs
+  std::uint32_t dir_mode_id = std::numeric_limits<std::uint32_t>::max();  // interned, once used
   std::uint64_t consumed = 0;  // file offset just past the last whole record
-  std::string pending;         // bytes read past `consumed` (an incomplete record)
+  ReadBuffer pending;          // bytes read past `consumed` (an incomplete record)
   std::uint64_t size = 0;      // bytes seen so far
   bool done = false;           // damaged: read no further
   // A file named on its own (open_trace's input, which may be a pipe) is
@@ -207,7 +318,7 @@ struct EventFile {
   std::unique_ptr<trace_io::Input> input;
   // Tags whose first metadata named a plugin other than scalars (TensorBoard
   // writes the metadata once per tag and file, with the first value).
-  std::unordered_map<std::string, bool> non_scalar_tag;
+  TagMap<bool> non_scalar_tag;
 };
 
 class TensorBoardReader final : public TraceReader {
@@ -228,6 +339,15 @@ class TensorBoardReader final : public TraceReader {
       return false;
     }
     if (!follow_) {
+      // One entry per observation, reserved from the files' sizes (a record
+      // with a scalar takes at least ~28 bytes): growing the queue by
+      // doubling would copy it and fault in fresh pages again and again.
+      std::uint64_t bytes = 0;
+      for (const auto& f : files_) {
+        std::error_code ec;
+        bytes += f.input ? f.input->size() : fs::file_size(f.path, ec);
+      }
+      queue_.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(bytes / 28, std::uint64_t{1} << 26)));
       for (std::size_t i = 0; i < files_.size(); ++i) read_more(i);
       sort_queue();
       total_ = queue_.size();
@@ -250,11 +370,21 @@ class TensorBoardReader final : public TraceReader {
     const Pending& p = queue_[head_++];
     out.step = p.step;
     out.time = p.time;
-    out.mode = modes_[p.mode];
-    out.values.clear();
-    out.values.reserve(p.end - p.begin);
-    for (std::uint32_t i = p.begin; i < p.end; ++i)
-      out.values.emplace_back(names_[values_[i].first], values_[i].second);
+    out.mode = modes_[p.mode()];
+    // Assigned over the caller's previous values: their strings keep their
+    // buffers, so handing out an observation allocates nothing once warm.
+    const std::uint32_t n = p.count();
+    out.values.resize(n);
+    if (n == 1) {
+      out.values[0].first.assign(names_.name(p.first));
+      out.values[0].second = p.value;
+      return true;
+    }
+    for (std::uint32_t i = 0; i < n; ++i) {
+      auto& slot = out.values[i];
+      slot.first.assign(names_.name(values_[p.first + i].first));
+      slot.second = values_[p.first + i].second;
+    }
     return true;
   }
 
@@ -280,12 +410,17 @@ class TensorBoardReader final : public TraceReader {
   }
 
  private:
+  // One observation waiting to be handed out: 32 bytes, as a file of a
+  // million scalars makes a million of them. Most records hold one scalar,
+  // kept here; several go to values_.
   struct Pending {
     std::int64_t step;
     double time;
-    std::uint64_t order;  // arrival order, for a stable merge
-    std::uint32_t mode;   // index into modes_
-    std::uint32_t begin, end;  // range in values_
+    double value;         // the scalar, when count() == 1
+    std::uint32_t first;  // its name id when count() == 1, else its first index in values_
+    std::uint32_t count_mode;  // mode (an index into modes_, < 4) << 30 | count
+    [[nodiscard]] std::uint32_t count() const { return count_mode & ((1u << 30) - 1); }
+    [[nodiscard]] std::uint32_t mode() const { return count_mode >> 30; }
   };
 
   bool finish() {
@@ -363,27 +498,32 @@ class TensorBoardReader final : public TraceReader {
     }
     // Chunk by chunk, so memory stays at one chunk plus one record whatever
     // the file's size.
-    std::vector<char> chunk(1u << 20);
+    constexpr std::size_t kChunk = std::size_t{1} << 20;
     for (;;) {
-      const std::size_t n = f.input->read(chunk.data(), chunk.size());
+      char* to = f.pending.room(kChunk);
+      const std::size_t n = f.input->read(to, kChunk);
       if (n == 0) break;
-      f.pending.append(chunk.data(), n);
+      f.pending.end += n;
       f.size = f.consumed + f.pending.size();
       if (!decode_records(f, /*at_end=*/false)) break;
     }
     const bool read_error = f.input->failed();
     const std::string failure = read_error ? f.input->failure() : std::string();
     if (is_dir_) f.input.reset();
-    if (f.done) return;
+    if (f.done) {  // damaged: never read again
+      f.pending = ReadBuffer{};
+      return;
+    }
     if (read_error) return fail(f, f.size, failure);
     decode_records(f, /*at_end=*/true);
+    f.pending.release_if_empty();
   }
 
   // Decodes the whole records at the start of f.pending and drops their bytes.
   // At the end of the data, bytes left over are a truncated record (unless
   // following: the writer is not done with it). False at damage.
   bool decode_records(EventFile& f, bool at_end) {
-    std::string_view bytes = f.pending;
+    const std::string_view bytes = f.pending.bytes();
     std::size_t used = 0;
     bool ok = true;
     while (used < bytes.size()) {
@@ -404,20 +544,12 @@ class TensorBoardReader final : public TraceReader {
         ok = false;
         break;
       }
-      bool parsed;
-      {
-        // Whatever protobuf would still log about a bad record goes nowhere:
-        // the failure is reported below as this reader's positioned error.
-        // (LogSilencer, unlike SetLogHandler, is safe in library code.)
-        google::protobuf::LogSilencer quiet;
-        parsed = event_.ParseFromArray(r.data.data(), static_cast<int>(r.data.size()));
-      }
-      if (!parsed) {
+      if (!tb::decode_event(r.data, event_)) {
         fail(f, offset, "corrupt record: not an event protobuf");
         ok = false;
         break;
       }
-      if (const auto field = bad_text_field(event_); !field.empty()) {
+      if (const auto field = bad_text_field(); !field.empty()) {
         fail(f, offset, fmt::format("corrupt record: {} is not valid UTF-8", field));
         ok = false;
         break;
@@ -426,18 +558,26 @@ class TensorBoardReader final : public TraceReader {
       add_event(f);
     }
     f.consumed += used;
-    f.pending.erase(0, used);
+    f.pending.consume(used);
     return ok;
   }
 
-  // Heterogeneous lookup: interning a known tag does not allocate.
-  struct Hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  using Ids = std::unordered_map<std::string, std::uint32_t, Hash, std::equal_to<>>;
+  // The text fields of event_ that are not UTF-8, named for the error; empty
+  // if all are. A tag already interned was checked when it was first seen;
+  // tag_ids_ keeps what the lookup found for add_event.
+  std::string_view bad_text_field() {
+    tag_ids_.clear();
+    if (!event_.has_summary) return {};
+    for (const auto& v : event_.values) {
+      const std::uint32_t id = names_.find(v.tag);
+      tag_ids_.push_back(id);
+      if (id == TagTable::kNone && !valid_utf8(v.tag)) return "summary tag";
+      if (v.has_metadata && !valid_utf8(v.plugin_name)) return "plugin name";
+    }
+    return {};
+  }
 
-  std::uint32_t intern(std::vector<std::string>& names, Ids& ids, std::string_view s) {
+  std::uint32_t intern(std::vector<std::string>& names, TagMap<std::uint32_t>& ids, std::string_view s) {
     if (auto it = ids.find(s); it != ids.end()) return it->second;
     const auto id = static_cast<std::uint32_t>(names.size());
     names.emplace_back(s);
@@ -445,56 +585,78 @@ class TensorBoardReader final : public TraceReader {
     return id;
   }
 
+  // A series name's id, and the mode its tag implies (kUnknown: none).
+  std::uint32_t intern_tag(std::string_view tag) {
+    if (const auto id = names_.find(tag); id != TagTable::kNone) return id;
+    const auto id = names_.add(tag);
+    const std::string_view mode = mode_of_tag(tag);
+    tag_modes_.push_back(mode.empty() ? kUnknown : intern(modes_, mode_ids_, mode));
+    return id;
+  }
+
   // Queues the scalars of event_: one observation per mode present.
   void add_event(EventFile& f) {
-    if (!event_.has_summary()) return;
-    const double time = event_.wall_time();
+    if (!event_.has_summary) return;
+    const double time = event_.wall_time;
     scratch_.clear();
-    for (const auto& v : event_.summary().value()) {
-      if (v.has_metadata()) {
-        const std::string& plugin = v.metadata().plugin_data().plugin_name();
-        f.non_scalar_tag.emplace(v.tag(), !plugin.empty() && plugin != "scalars");
-      }
+    for (std::size_t i = 0; i < event_.values.size(); ++i) {
+      const tb::WireValue& v = event_.values[i];
+      if (v.has_metadata && !f.non_scalar_tag.contains(v.tag))
+        f.non_scalar_tag.emplace(std::string(v.tag), !v.plugin_name.empty() && v.plugin_name != "scalars");
       std::optional<double> x;
-      if (v.value_case() == tb::Summary::Value::kSimpleValue) {
-        x = v.simple_value();
-      } else if (v.value_case() == tb::Summary::Value::kTensor) {
-        if (auto it = f.non_scalar_tag.find(v.tag()); it != f.non_scalar_tag.end() && it->second)
+      if (v.kind == tb::WireValue::Kind::simple) {
+        x = v.simple;
+      } else if (v.kind == tb::WireValue::Kind::tensor) {
+        if (auto it = f.non_scalar_tag.find(v.tag); it != f.non_scalar_tag.end() && it->second)
           continue;
-        x = tensor_scalar(v.tensor());
+        x = tb::tensor_scalar(v.tensor);
       }
-      if (!x || v.tag().empty()) continue;
-      std::string_view mode = mode_of_tag(v.tag());
-      if (mode.empty()) mode = f.dir_mode.empty() ? std::string_view("train") : f.dir_mode;
-      scratch_.push_back({intern(modes_, mode_ids_, mode), intern(names_, name_ids_, v.tag()), *x});
+      if (!x || v.tag.empty()) continue;
+      const std::uint32_t name = tag_ids_[i] != kUnknown ? tag_ids_[i] : intern_tag(v.tag);
+      std::uint32_t mode = tag_modes_[name];
+      if (mode == kUnknown) {
+        if (f.dir_mode_id == kUnknown)
+          f.dir_mode_id = f.dir_mode.empty() ? 0 : intern(modes_, mode_ids_, f.dir_mode);
+        mode = f.dir_mode_id;
+      }
+      scratch_.push_back({mode, name, *x});
     }
     // Group by mode in order of first appearance (nearly always one mode).
     for (std::size_t i = 0; i < scratch_.size(); ++i) {
       const std::uint32_t mode = scratch_[i].mode;
       if (mode == kTaken) continue;
-      Pending p{event_.step(), time, arrivals_++, mode, static_cast<std::uint32_t>(values_.size()), 0};
-      for (std::size_t j = i; j < scratch_.size(); ++j) {
-        if (scratch_[j].mode != mode) continue;
-        values_.emplace_back(scratch_[j].name, scratch_[j].value);
-        scratch_[j].mode = kTaken;
+      std::size_t n = 0;
+      for (std::size_t j = i; j < scratch_.size(); ++j) n += scratch_[j].mode == mode;
+      Pending p{event_.step, time, scratch_[i].value, scratch_[i].name,
+                mode << 30 | static_cast<std::uint32_t>(n)};
+      if (n == 1) {
+        scratch_[i].mode = kTaken;
+      } else {
+        p.first = static_cast<std::uint32_t>(values_.size());
+        for (std::size_t j = i; j < scratch_.size(); ++j) {
+          if (scratch_[j].mode != mode) continue;
+          values_.emplace_back(scratch_[j].name, scratch_[j].value);
+          scratch_[j].mode = kTaken;
+        }
       }
-      p.end = static_cast<std::uint32_t>(values_.size());
       queue_.push_back(p);
     }
   }
 
   void sort_queue() {
     auto key_time = [](double t) { return std::isnan(t) ? -std::numeric_limits<double>::infinity() : t; };
-    std::sort(queue_.begin() + static_cast<std::ptrdiff_t>(head_), queue_.end(),
-              [&](const Pending& a, const Pending& b) {
-                if (a.step != b.step) return a.step < b.step;
-                const double ta = key_time(a.time), tb = key_time(b.time);
-                if (ta != tb) return ta < tb;
-                return a.order < b.order;
-              });
+    auto before = [&](const Pending& a, const Pending& b) {
+      if (a.step != b.step) return a.step < b.step;
+      return key_time(a.time) < key_time(b.time);
+    };
+    const auto first = queue_.begin() + static_cast<std::ptrdiff_t>(head_);
+    // Ties keep their arrival order (stable). One file written in step order
+    // (the usual case) is sorted already: a linear check saves the sort.
+    if (!std::is_sorted(first, queue_.end(), before)) std::stable_sort(first, queue_.end(), before);
   }
 
   static constexpr std::uint32_t kTaken = std::numeric_limits<std::uint32_t>::max();
+  static constexpr std::uint32_t kUnknown = std::numeric_limits<std::uint32_t>::max();
   struct Scalar {
     std::uint32_t mode, name;
     double value;
@@ -506,14 +668,18 @@ class TensorBoardReader final : public TraceReader {
   std::unique_ptr<trace_io::Input> input_;  // a single file's input, until scan() takes it
   std::vector<EventFile> files_;
   std::unordered_map<std::string, std::size_t> known_;
-  tb::Event event_;  // reused: parsing into it keeps its allocations
-  std::vector<std::string> names_, modes_;
-  Ids name_ids_, mode_ids_{{"train", 0}};
+  tb::WireEvent event_;  // reused: decoding into it keeps its allocations
+  std::vector<std::uint32_t> tag_ids_;  // per value of event_: its name id, or kUnknown
+  // modes_ holds at most "train", "eval" and "test" (mode_of_tag, mode_of_dirs):
+  // Pending keeps its index in two bits.
+  std::vector<std::string> modes_;
+  TagTable names_;
+  std::vector<std::uint32_t> tag_modes_;  // per name: the mode its tag implies, or kUnknown
+  TagMap<std::uint32_t> mode_ids_{{"train", 0}};
   std::vector<Scalar> scratch_;
-  std::vector<Pending> queue_;
+  std::vector<Pending, BigAllocator<Pending>> queue_;
   std::vector<std::pair<std::uint32_t, double>> values_;
   std::size_t head_ = 0, total_ = 0;
-  std::uint64_t arrivals_ = 0;
   std::optional<TraceError> deferred_error_;
 };
 

@@ -5,6 +5,10 @@
 #include <bit>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
 namespace vigil::tb {
 
 namespace {
@@ -44,11 +48,49 @@ void store(std::string& out, std::uint64_t v, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFFu));
 }
 
-}  // namespace
-
 static_assert(std::endian::native == std::endian::little, "TFRecord reading assumes little-endian");
 
+#if defined(__x86_64__)
+// The SSE4.2 crc32 instruction computes exactly this CRC, 8 bytes per
+// instruction (~3 cycles of latency each: several GB/s, against ~2 GB/s for
+// the tables). Compiled for SSE4.2 here only, called only when the CPU has it.
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::string_view data,
+                                                             std::uint32_t crc) {
+  std::uint64_t c = ~crc;
+  const char* p = data.data();
+  std::size_t n = data.size();
+  for (; n >= 8; p += 8, n -= 8) c = _mm_crc32_u64(c, load_u64(p));
+  auto c32 = static_cast<std::uint32_t>(c);
+  if (n >= 4) {
+    c32 = _mm_crc32_u32(c32, load_u32(p));
+    p += 4;
+    n -= 4;
+  }
+  for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, static_cast<unsigned char>(*p));
+  return ~c32;
+}
+
+// Decided once, before main (and before any reader runs).
+const bool kHaveSse42 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("sse4.2") != 0;
+}();
+#else
+constexpr bool kHaveSse42 = false;
+#endif
+
+}  // namespace
+
+bool crc32c_hardware() { return kHaveSse42; }
+
 std::uint32_t crc32c(std::string_view data, std::uint32_t crc) {
+#if defined(__x86_64__)
+  if (kHaveSse42) return crc32c_sse42(data, crc);
+#endif
+  return crc32c_table(data, crc);
+}
+
+std::uint32_t crc32c_table(std::string_view data, std::uint32_t crc) {
   const auto& t = kTables;
   std::uint32_t c = ~crc;
   const char* p = data.data();

@@ -16,7 +16,16 @@ namespace vigil::tb {
 /// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) of `data`, continuing
 /// from `crc` (the CRC of the preceding bytes; 0 to start).
 /// Example: crc32c("123456789") == 0xE3069283.
+/// Uses the CPU's crc32 instruction (SSE4.2) when it has one, chosen once at
+/// start-up; crc32c_table otherwise. Both give the same result.
 std::uint32_t crc32c(std::string_view data, std::uint32_t crc = 0);
+
+/// The same CRC without the instruction (slicing-by-8 tables), for CPUs
+/// without SSE4.2 and to check the fast path against.
+std::uint32_t crc32c_table(std::string_view data, std::uint32_t crc = 0);
+
+/// Whether crc32c uses the CPU instruction on this machine.
+bool crc32c_hardware();
 
 /// The masking TFRecord applies to stored CRCs.
 constexpr std::uint32_t mask_crc(std::uint32_t crc) {

@@ -446,6 +446,55 @@ TEST_F(CsvHfTest, LightningSparseRows) {
   }
 }
 
+// The reader hands out observations by swapping them with the caller's
+// (no copy, no allocation): whatever the caller leaves in its Observation
+// must not leak into the next one. Long names (heap strings), rows with
+// different cells present, a quoted row among unquoted ones (the two
+// scanners), CRLF, and lines longer than 16 bytes (the SIMD comma scan).
+TEST_F(CsvHfTest, ReusedObservationsCarryNothingOver) {
+  const auto path = write("reuse.csv",
+                          "step,a_rather_long_training_metric_name,shared_epoch_is_not_this,"
+                          "val_a_rather_long_eval_metric,epoch\r\n"
+                          "1,0.5,7,,0\r\n"
+                          "2,,8,0.25,0\r\n"
+                          "3,\"1.5\",,\"2.5\",1\r\n"
+                          "4,,,,1\r\n"
+                          "5,6.5,9,7.5,2\n");
+  const auto expected = read_all(path);
+  ASSERT_FALSE(expected.error) << expected.error->format();
+  using Values = std::vector<std::pair<std::string, double>>;
+  ASSERT_EQ(expected.records.size(), 8u);  // rows 2, 3 and 5 are train and eval
+  EXPECT_EQ(expected.records[0].values,
+            (Values{{"epoch", 0}, {"a_rather_long_training_metric_name", 0.5}, {"shared_epoch_is_not_this", 7}}));
+  EXPECT_EQ(expected.records[1].values, (Values{{"epoch", 0}, {"shared_epoch_is_not_this", 8}}));
+  EXPECT_EQ(expected.records[2].values, (Values{{"epoch", 0}, {"val_a_rather_long_eval_metric", 0.25}}));
+  EXPECT_EQ(expected.records[3].values, (Values{{"epoch", 1}, {"a_rather_long_training_metric_name", 1.5}}));
+  EXPECT_EQ(expected.records[4].values, (Values{{"epoch", 1}, {"val_a_rather_long_eval_metric", 2.5}}));
+  EXPECT_EQ(expected.records[5].values, (Values{{"epoch", 1}}));
+  EXPECT_EQ(expected.records[6].mode, "train");
+  EXPECT_EQ(expected.records[7].values, (Values{{"epoch", 2}, {"val_a_rather_long_eval_metric", 7.5}}));
+
+  vigil::TraceError error;
+  auto reader = vigil::open_csv(path, error);
+  ASSERT_TRUE(reader) << error.format();
+  vigil::Observation obs;
+  std::size_t i = 0;
+  while (reader->next(obs)) {
+    ASSERT_LT(i, expected.records.size());
+    EXPECT_EQ(obs.step, expected.records[i].step) << i;
+    EXPECT_EQ(obs.mode, expected.records[i].mode) << i;
+    EXPECT_EQ(obs.values, expected.records[i].values) << i;
+    ++i;
+    // A caller that keeps and changes its observation.
+    obs.values.emplace_back("scribbled over by the caller, long enough for the heap", 99);
+    obs.values.front().first = "x";
+    obs.mode = "scribbled";
+    obs.step = -1;
+  }
+  EXPECT_FALSE(reader->error());
+  EXPECT_EQ(i, expected.records.size());
+}
+
 TEST_F(CsvHfTest, TestColumnsMakeTestObservations) {
   // Same prefixes as the TensorBoard reader: test_* is mode "test", Valid/ is eval.
   const auto r = read_all(write("t.csv", "step,loss,Valid/loss,test_acc\n5,1,2,0.5\n"));

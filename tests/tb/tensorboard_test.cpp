@@ -440,6 +440,47 @@ TEST_F(TbTest, PluginMetadataIsRememberedPerTag) {
   EXPECT_EQ(r.records[1].values, (std::vector<std::pair<std::string, double>>{{"s", 4.0}}));
 }
 
+// Tags are found by their bytes through a small cache keyed by their length
+// and first and last 8 bytes: tags that share all of those (only the middle
+// differs) must still be told apart, short and long, and across events.
+// The caller's observation is reused and scribbled on, as rulecheck does.
+TEST_F(TbTest, TagsThatShareTheirEndsStayApart) {
+  std::vector<std::string> tags;
+  for (int i = 0; i < 300; ++i) tags.push_back("train/aaaaaaaa" + std::to_string(1000 + i) + "zzzzzzzz_loss");
+  for (int i = 0; i < 40; ++i) tags.push_back(std::string(1, static_cast<char>('a' + i % 26)) + std::to_string(i % 3));
+  tags.push_back("x");
+  tags.push_back("eval/aaaaaaaa1000zzzzzzzz_loss");  // the same ends, another mode
+  std::vector<std::string> events;
+  for (int e = 0; e < 3; ++e) {
+    std::vector<std::string> values;
+    for (std::size_t i = 0; i < tags.size(); ++i)
+      values.push_back(simple(tags[i], static_cast<float>(e * 1000 + static_cast<int>(i))));
+    events.push_back(event(e + 1, e + 1.0, values));
+  }
+  const auto path = write("events.out.tfevents.1", event_file(events));
+  vigil::TraceError error;
+  auto reader = vigil::open_tensorboard(path, error);
+  ASSERT_TRUE(reader) << error.format();
+  vigil::Observation obs;
+  int seen = 0;
+  while (reader->next(obs)) {
+    const int e = static_cast<int>(obs.step) - 1;
+    std::map<std::string, double> expected;
+    for (std::size_t i = 0; i < tags.size(); ++i)
+      if ((obs.mode == "eval") == tags[i].starts_with("eval/"))
+        expected[tags[i]] = e * 1000 + static_cast<double>(i);
+    const std::map<std::string, double> got(obs.values.begin(), obs.values.end());
+    EXPECT_EQ(got.size(), obs.values.size()) << "a tag handed out twice";
+    EXPECT_EQ(got, expected) << obs.step << " " << obs.mode;
+    ++seen;
+    obs.values.emplace_back("scribbled over by the caller, long enough for the heap", 1);
+    obs.values.front().first = "y";
+    obs.mode = "scribbled";
+  }
+  EXPECT_FALSE(reader->error());
+  EXPECT_EQ(seen, 6);  // a train and an eval observation per event
+}
+
 // ---- modes and merging --------------------------------------------------------
 
 TEST_F(TbTest, EvalTagsBecomeEvalObservations) {
