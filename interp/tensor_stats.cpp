@@ -429,7 +429,7 @@ VIGIL_AVX512 bool reduce_block512(const float* p, std::int64_t m, Acc& acc) {
                  want_sign = (N & need_sign) != 0;
   // The derived zero count needs a NaN-free block.
   constexpr bool want_check = (N & need_check) != 0 || want_sign;
-  constexpr int sums = 2 * want_sum + want_sq + 2 * want_var;
+  constexpr int sums = 2 * want_sum + want_sq + 2 * want_var - (want_sum && want_var);
   // C double registers per sum and step (independent add chains that hide
   // the latency), F float registers per step for the float-side work.
   constexpr int C = sums <= 2 ? 8 : 4, F = C / 2, step = 8 * C;
@@ -447,9 +447,11 @@ VIGIL_AVX512 bool reduce_block512(const float* p, std::int64_t m, Acc& acc) {
   const __m512d k = _mm512_set1_pd(acc.shift);
   const __m512 fzero = _mm512_setzero_ps();
   for (std::int64_t i = 0; i < m; i += step) {
+    __m512 xs[F];
     if constexpr (float_side) {
       for (int h = 0; h < F; ++h) {
         __m512 x = _mm512_loadu_ps(p + i + 16 * h);
+        xs[h] = x;
         // One load per register, not one folded into each use: repeated
         // loads of a line still in flight from memory fill the load queue.
         asm("" : "+v"(x));
@@ -469,7 +471,14 @@ VIGIL_AVX512 bool reduce_block512(const float* p, std::int64_t m, Acc& acc) {
     }
     if constexpr (sums > 0) {
       for (int j = 0; j < C; ++j) {
-        const __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(p + i + 8 * j));
+        // With the float side, convert the registers it loaded (each line
+        // read once); otherwise load the 8 floats directly.
+        __m256 f;
+        if constexpr (float_side)
+          f = j % 2 == 0 ? _mm512_castps512_ps256(xs[j / 2]) : _mm512_extractf32x8_ps(xs[j / 2], 1);
+        else
+          f = _mm256_loadu_ps(p + i + 8 * j);
+        const __m512d d = _mm512_cvtps_pd(f);
         if constexpr (want_sum) {
           sum[j] = _mm512_add_pd(sum[j], d);
           ab[j] = _mm512_add_pd(ab[j], _mm512_abs_pd(d));
@@ -477,14 +486,18 @@ VIGIL_AVX512 bool reduce_block512(const float* p, std::int64_t m, Acc& acc) {
         if constexpr (want_sq) sq[j] = _mm512_fmadd_pd(d, d, sq[j]);
         if constexpr (want_var) {
           const __m512d e = _mm512_sub_pd(d, k);
-          s1[j] = _mm512_add_pd(s1[j], e);
+          // With the plain sum at hand, the shifted one is derived per block.
+          if constexpr (!want_sum) s1[j] = _mm512_add_pd(s1[j], e);
           s2[j] = _mm512_fmadd_pd(e, e, s2[j]);
         }
       }
     }
   }
   const double b_sum = want_sum ? fold512<C>(sum) : 0, b_abs = want_sum ? fold512<C>(ab) : 0,
-               b_sq = want_sq ? fold512<C>(sq) : 0, b_s1 = want_var ? fold512<C>(s1) : 0,
+               b_sq = want_sq ? fold512<C>(sq) : 0,
+               // sum(x - k) = sum(x) - m k: the rounding of the block's sum
+               // is u * sum|x|, far below what s1^2 / n can feel.
+               b_s1 = !want_var ? 0 : want_sum ? b_sum - static_cast<double>(m) * acc.shift : fold512<C>(s1),
                b_s2 = want_var ? fold512<C>(s2) : 0;
   if constexpr (want_check) {
     if constexpr (sums == 0) {
