@@ -27,6 +27,7 @@
 #include <string>
 
 #include "vigil/tensor.hpp"
+#include "interp/tensor_stats.hpp"
 
 #include <unistd.h>
 
@@ -533,8 +534,16 @@ constexpr std::array<BlockKernel, sizeof...(I)> make_kernels512(std::index_seque
 constexpr auto block_kernels512 = make_kernels512(std::make_index_sequence<need_all + 1>{});
 #pragma GCC diagnostic pop
 
+std::atomic<detail::StatsKernel> forced_kernel{detail::StatsKernel::best};
+
 /// The kernels this CPU runs (AVX-512, else AVX2+FMA), or null for none.
 const std::array<BlockKernel, need_all + 1>* cpu_kernels() {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  switch (forced_kernel.load(std::memory_order_relaxed)) {
+    case detail::StatsKernel::general: return nullptr;
+    case detail::StatsKernel::avx2: return avx2 ? &block_kernels : nullptr;
+    case detail::StatsKernel::best: break;
+  }
   static const auto* table = []() -> const std::array<BlockKernel, need_all + 1>* {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
@@ -891,6 +900,14 @@ bool parse_arg(std::string_view text, double& out) {
 }
 
 }  // namespace
+
+void detail::force_stats_kernel(StatsKernel kernel) {
+#ifdef VIGIL_FAST_STATS
+  forced_kernel.store(kernel, std::memory_order_relaxed);
+#else
+  (void)kernel;
+#endif
+}
 
 void set_stats_threading(const StatsThreading& options) {
   threading_threads.store(options.threads, std::memory_order_relaxed);
