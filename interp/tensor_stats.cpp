@@ -246,14 +246,15 @@ void accumulate_any(const TensorView& t, Acc& acc) {
 // propagate through double sums exactly as in the general path.
 
 enum Need : unsigned {
-  need_sum = 1,    // sum, mean, abs_sum, abs_mean (both sums: each is one add)
+  need_sum = 1,    // sum, mean (and abs_sum, abs_mean in the AVX2 kernel)
   need_sq = 2,     // norm
   need_var = 4,    // var, std (shifted sums)
   need_ext = 8,    // min, max
   need_amx = 16,   // abs_max
   need_sign = 32,  // frac_zero, frac_pos, frac_neg
   need_check = 64, // NaN/Inf counts; implied by var and the extremes
-  need_all = 127,
+  need_abs = 128,  // abs_sum, abs_mean (the AVX2 kernel counts it as need_sum)
+  need_all = 255,
 };
 
 unsigned needs_of(StatMask mask) {
@@ -263,7 +264,8 @@ unsigned needs_of(StatMask mask) {
     return false;
   };
   unsigned n = 0;
-  if (any({Stat::sum, Stat::mean, Stat::abs_sum, Stat::abs_mean})) n |= need_sum;
+  if (any({Stat::sum, Stat::mean})) n |= need_sum;
+  if (any({Stat::abs_sum, Stat::abs_mean})) n |= need_abs;
   if (any({Stat::norm})) n |= need_sq;
   if (any({Stat::var, Stat::std})) n |= need_var | need_check;
   if (any({Stat::min, Stat::max})) n |= need_ext | need_check;
@@ -391,9 +393,15 @@ __attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64
 
 using BlockKernel = bool (*)(const float*, std::int64_t, Acc&);
 
+/// The AVX2 kernel's accumulators for a set of needs: it sums x and |x|
+/// together (128 kernels, not 256).
+constexpr unsigned avx2_needs(std::size_t n) {
+  return static_cast<unsigned>((n & (need_all & ~need_abs)) | ((n & need_abs) != 0 ? unsigned{need_sum} : 0u));
+}
+
 template <std::size_t... I>
 constexpr std::array<BlockKernel, sizeof...(I)> make_kernels(std::index_sequence<I...>) {
-  return {&reduce_block<static_cast<unsigned>(I)>...};
+  return {&reduce_block<avx2_needs(I)>...};
 }
 constexpr auto block_kernels = make_kernels(std::make_index_sequence<need_all + 1>{});
 
@@ -425,12 +433,13 @@ VIGIL_AVX512 inline double fold512(const __m512d* v) {
 /// As reduce_block, `m` a multiple of 64 (`p` best 64-byte aligned).
 template <unsigned N>
 VIGIL_AVX512 bool reduce_block512(const float* p, std::int64_t m, Acc& acc) {
-  constexpr bool want_sum = (N & need_sum) != 0, want_sq = (N & need_sq) != 0,
+  constexpr bool want_sum = (N & need_sum) != 0, want_abs = (N & need_abs) != 0,
+                 want_sq = (N & need_sq) != 0,
                  want_var = (N & need_var) != 0, want_ext = (N & (need_ext | need_amx)) != 0,
                  want_sign = (N & need_sign) != 0;
   // The derived zero count needs a NaN-free block.
   constexpr bool want_check = (N & need_check) != 0 || want_sign;
-  constexpr int sums = 2 * want_sum + want_sq + 2 * want_var - (want_sum && want_var);
+  constexpr int sums = want_sum + want_abs + want_sq + 2 * want_var - (want_sum && want_var);
   // C double registers per sum and step (independent add chains that hide
   // the latency), F float registers per step for the float-side work.
   constexpr int C = sums <= 2 ? 8 : 4, F = C / 2, step = 8 * C;
@@ -480,10 +489,8 @@ VIGIL_AVX512 bool reduce_block512(const float* p, std::int64_t m, Acc& acc) {
         else
           f = _mm256_loadu_ps(p + i + 8 * j);
         const __m512d d = _mm512_cvtps_pd(f);
-        if constexpr (want_sum) {
-          sum[j] = _mm512_add_pd(sum[j], d);
-          ab[j] = _mm512_add_pd(ab[j], _mm512_abs_pd(d));
-        }
+        if constexpr (want_sum) sum[j] = _mm512_add_pd(sum[j], d);
+        if constexpr (want_abs) ab[j] = _mm512_add_pd(ab[j], _mm512_abs_pd(d));
         if constexpr (want_sq) sq[j] = _mm512_fmadd_pd(d, d, sq[j]);
         if constexpr (want_var) {
           const __m512d e = _mm512_sub_pd(d, k);
@@ -494,7 +501,7 @@ VIGIL_AVX512 bool reduce_block512(const float* p, std::int64_t m, Acc& acc) {
       }
     }
   }
-  const double b_sum = want_sum ? fold512<C>(sum) : 0, b_abs = want_sum ? fold512<C>(ab) : 0,
+  const double b_sum = want_sum ? fold512<C>(sum) : 0, b_abs = want_abs ? fold512<C>(ab) : 0,
                b_sq = want_sq ? fold512<C>(sq) : 0,
                // sum(x - k) = sum(x) - m k: the rounding of the block's sum
                // is u * sum|x|, far below what s1^2 / n can feel.
@@ -505,11 +512,12 @@ VIGIL_AVX512 bool reduce_block512(const float* p, std::int64_t m, Acc& acc) {
       __m512 any = chk[0];
       for (int h = 1; h < F; ++h) any = _mm512_add_ps(any, chk[h]);
       if (_mm512_cmp_ps_mask(any, any, _CMP_UNORD_Q) != 0) return false;
-    } else if (!std::isfinite(want_sum ? b_abs : want_sq ? b_sq : b_s2)) {
+    } else if (!std::isfinite(want_abs ? b_abs : want_sum ? b_sum : want_sq ? b_sq : b_s2)) {
       return false;
     }
   }
-  if constexpr (want_sum) acc.sum += b_sum, acc.abs_sum += b_abs;
+  if constexpr (want_sum) acc.sum += b_sum;
+  if constexpr (want_abs) acc.abs_sum += b_abs;
   if constexpr (want_sq) acc.sumsq += b_sq;
   if constexpr (want_var) acc.s1 += b_s1, acc.s2 += b_s2;
   if constexpr (want_ext) {
@@ -636,7 +644,10 @@ class Pool {
     std::unique_lock busy(busy_, std::try_to_lock);
     if (!busy.owns_lock() || ::getpid() != pid_) return false;
     {
-      std::lock_guard lock(m_);
+      std::unique_lock lock(m_);
+      // A worker that woke late may still be inside the previous job (it
+      // will find no chunk left): the counter is not reset under it.
+      done_.wait(lock, [&] { return inside_ == 0; });
       // Warm-up: the only allocation, when more workers are asked for.
       while (workers_.size() < helpers) {
         const unsigned index = static_cast<unsigned>(workers_.size());
