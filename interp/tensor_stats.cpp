@@ -5,7 +5,9 @@
 // compiler vectorises it; strided tensors are walked one innermost run at a
 // time. Accumulation is in double; the variance uses sums shifted by the
 // first element, which keeps it exact for constant tensors and accurate for
-// data far from zero.
+// data far from zero. Contiguous float32 tensors take SIMD kernels (AVX-512
+// or AVX2, still double accumulation) and, when large, several threads over
+// fixed chunks combined in a fixed order (see "chunks and threads").
 //
 // Owns: the stats kernels and their combine. Must not touch: series, the engine, or
 // which stats a rule reads (tensor_feed decides).

@@ -66,9 +66,11 @@ TensorStats compute_stats(const TensorView& t, const TensorView* previous = null
 
 /// The stats in `wanted` only (the others are NaN; numel is always set):
 /// what a rule set reads costs only its own accumulators. A contiguous
-/// float32 tensor takes a SIMD path specialised for the set (AVX2, chosen at
-/// run time), as accurate as the full pass (every element is added in
-/// double). The update stats are computed only when asked for.
+/// float32 tensor takes a SIMD path specialised for the set (AVX-512, else
+/// AVX2, chosen at run time), as accurate as the full pass (every element is
+/// added in double), and a large one may use several threads
+/// (set_stats_threading; the result does not depend on it). The update stats
+/// are computed only when asked for.
 ///   auto s = vigil::compute_stats(view, vigil::stat_bit(vigil::Stat::norm));
 TensorStats compute_stats(const TensorView& t, StatMask wanted,
                           const TensorView* previous = nullptr);
