@@ -1,9 +1,13 @@
 // Fused tensor statistics against single-purpose baselines on the same
 // 64 MiB float32 tensor, in the same run:
-//   BM_FusedStats          every stat of vigil::compute_stats, one pass
-//   BM_RuleSetStats/N      only the stats a rule set reads (see rule_set_mask)
+//   BM_FusedStats/T        every stat of vigil::compute_stats, one pass, on T
+//                          threads (vigil::set_stats_threading)
+//   BM_RuleSetStats/N/T    only the stats a rule set reads (see rule_set_mask)
 //   BM_EigenSquaredNorm    Eigen's squaredNorm alone (the memory-bandwidth floor
-//                          for one pass over the data)
+//                          for one pass over the data, one thread)
+// T = 1 is measured in CPU time like Eigen; T = 2 in wall time (`/real_time`;
+// the workers' CPU time is not the caller's), against Eigen's wall time in
+// the same run (BM_EigenSquaredNorm/real_time).
 //   BM_SeparatePasses      the same stats as one simple loop per stat (what a
 //                          host computing them one by one would do)
 //   BM_FracOutside         the parameterised stat frac_outside(-2, 2), its own pass
@@ -69,7 +73,18 @@ Separate separate_passes(const std::vector<float>& v) {
   return r;
 }
 
+// Runs the rest of a benchmark with `threads` threads per tensor and no
+// size threshold; restores the previous setting after it.
+struct Threads {
+  vigil::StatsThreading saved = vigil::stats_threading();
+  explicit Threads(std::int64_t threads) {
+    vigil::set_stats_threading({static_cast<unsigned>(threads), 0});
+  }
+  ~Threads() { vigil::set_stats_threading(saved); }
+};
+
 void BM_FusedStats(benchmark::State& state) {
+  const Threads threads(state.range(0));
   const auto& v = data();
   const vigil::TensorView view{v.data(), vigil::DType::float32, shape_1d, {}};
   using vigil::Stat;
@@ -109,6 +124,7 @@ vigil::StatMask rule_set_mask(std::int64_t set) {
 }
 
 void BM_RuleSetStats(benchmark::State& state) {
+  const Threads threads(state.range(1));
   const auto& v = data();
   const vigil::TensorView view{v.data(), vigil::DType::float32, shape_1d, {}};
   const vigil::StatMask mask = rule_set_mask(state.range(0));
@@ -224,9 +240,12 @@ void BM_DeadUnitsByRows(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * numel * 4);
 }
 
-BENCHMARK(BM_FusedStats)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_RuleSetStats)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FusedStats)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FusedStats)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RuleSetStats)->ArgsProduct({{0, 1, 2, 3}, {1}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RuleSetStats)->ArgsProduct({{0, 1, 2, 3}, {2}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenSquaredNorm)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EigenSquaredNorm)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SeparatePasses)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FracOutside)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenFracOutside)->Unit(benchmark::kMillisecond);

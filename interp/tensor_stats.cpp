@@ -5,12 +5,18 @@
 // compiler vectorises it; strided tensors are walked one innermost run at a
 // time. Accumulation is in double; the variance uses sums shifted by the
 // first element, which keeps it exact for constant tensors and accurate for
-// data far from zero.
+// data far from zero. Contiguous float32 tensors take SIMD kernels (AVX-512
+// or AVX2, still double accumulation) and, when large, several threads over
+// fixed chunks combined in a fixed order (see "chunks and threads").
 //
 // Owns: the stats kernels and their combine. Must not touch: series, the engine, or
 // which stats a rule reads (tensor_feed decides).
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -23,6 +29,9 @@
 #include <string>
 
 #include "vigil/tensor.hpp"
+#include "interp/tensor_stats.hpp"
+
+#include <unistd.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -239,14 +248,15 @@ void accumulate_any(const TensorView& t, Acc& acc) {
 // propagate through double sums exactly as in the general path.
 
 enum Need : unsigned {
-  need_sum = 1,    // sum, mean, abs_sum, abs_mean (both sums: each is one add)
+  need_sum = 1,    // sum, mean (and abs_sum, abs_mean in the AVX2 kernel)
   need_sq = 2,     // norm
   need_var = 4,    // var, std (shifted sums)
   need_ext = 8,    // min, max
   need_amx = 16,   // abs_max
   need_sign = 32,  // frac_zero, frac_pos, frac_neg
   need_check = 64, // NaN/Inf counts; implied by var and the extremes
-  need_all = 127,
+  need_abs = 128,  // abs_sum, abs_mean (the AVX2 kernel counts it as need_sum)
+  need_all = 255,
 };
 
 unsigned needs_of(StatMask mask) {
@@ -256,7 +266,8 @@ unsigned needs_of(StatMask mask) {
     return false;
   };
   unsigned n = 0;
-  if (any({Stat::sum, Stat::mean, Stat::abs_sum, Stat::abs_mean})) n |= need_sum;
+  if (any({Stat::sum, Stat::mean})) n |= need_sum;
+  if (any({Stat::abs_sum, Stat::abs_mean})) n |= need_abs;
   if (any({Stat::norm})) n |= need_sq;
   if (any({Stat::var, Stat::std})) n |= need_var | need_check;
   if (any({Stat::min, Stat::max})) n |= need_ext | need_check;
@@ -384,44 +395,376 @@ __attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64
 
 using BlockKernel = bool (*)(const float*, std::int64_t, Acc&);
 
+/// The AVX2 kernel's accumulators for a set of needs: it sums x and |x|
+/// together (128 kernels, not 256).
+constexpr unsigned avx2_needs(std::size_t n) {
+  return static_cast<unsigned>((n & (need_all & ~need_abs)) | ((n & need_abs) != 0 ? unsigned{need_sum} : 0u));
+}
+
 template <std::size_t... I>
 constexpr std::array<BlockKernel, sizeof...(I)> make_kernels(std::index_sequence<I...>) {
-  return {&reduce_block<static_cast<unsigned>(I)>...};
+  return {&reduce_block<avx2_needs(I)>...};
 }
 constexpr auto block_kernels = make_kernels(std::make_index_sequence<need_all + 1>{});
 
-bool cpu_has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
+// The same reduction in 512-bit registers (AVX-512 F/DQ/BW/VL: 16 floats,
+// 8 doubles per register), which halves the instructions per element: every
+// sum still converts each float to double before adding it (the accuracy of
+// the general path), yet the whole rule set's accumulators fit in one pass at
+// memory speed. Three differences from the AVX2 kernel, each saving work per
+// element: abs_max is derived from the block's min and max (a NaN-free block,
+// so max(|min|, |max|) is exact); the zero count is the block's length minus
+// its positive and negative counts (NaN-free again); and when some double
+// sum runs, the non-finite check is that sum itself, once per block (a NaN
+// or an infinity leaves it non-finite, and floats summed in double cannot
+// overflow in 4096 elements), so it costs nothing per element.
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*, which its
+// flow analysis reports as uninitialised (a false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define VIGIL_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
+
+template <int C>
+VIGIL_AVX512 inline double fold512(const __m512d* v) {
+  __m512d s = v[0];
+  for (int j = 1; j < C; ++j) s = _mm512_add_pd(s, v[j]);
+  return _mm512_reduce_add_pd(s);
 }
 
-/// The fast path for a contiguous float32 tensor; false if this CPU lacks
-/// AVX2 (the caller then takes the general path).
-bool accumulate_float32_fast(const float* p, std::int64_t count, unsigned needs, Acc& acc) {
-  if (!cpu_has_avx2() || count == 0) return false;
-  // The shift the general path would take (the first element), so that a
-  // block it redoes uses the same one.
-  acc.shift = std::isfinite(p[0]) ? p[0] : 0;
-  acc.shifted = true;
-  const BlockKernel kernel = block_kernels[needs & need_all];
+/// As reduce_block, `m` a multiple of 64 (`p` best 64-byte aligned).
+template <unsigned N>
+VIGIL_AVX512 bool reduce_block512(const float* p, std::int64_t m, Acc& acc) {
+  constexpr bool want_sum = (N & need_sum) != 0, want_abs = (N & need_abs) != 0,
+                 want_sq = (N & need_sq) != 0,
+                 want_var = (N & need_var) != 0, want_ext = (N & (need_ext | need_amx)) != 0,
+                 want_sign = (N & need_sign) != 0;
+  // The derived zero count needs a NaN-free block.
+  constexpr bool want_check = (N & need_check) != 0 || want_sign;
+  constexpr int sums = want_sum + want_abs + want_sq + 2 * want_var - (want_sum && want_var);
+  // C double registers per sum and step (independent add chains that hide
+  // the latency), F float registers per step for the float-side work.
+  constexpr int C = sums <= 2 ? 8 : 4, F = C / 2, step = 8 * C;
+  constexpr bool float_side = want_ext || want_sign || (want_check && sums == 0);
+  __m512d sum[C], ab[C], sq[C], s1[C], s2[C];
+  for (int j = 0; j < C; ++j)
+    sum[j] = ab[j] = sq[j] = s1[j] = s2[j] = _mm512_setzero_pd();
+  __m512 mn[F], mx[F];
+  for (int h = 0; h < F; ++h)
+    mn[h] = _mm512_set1_ps(std::numeric_limits<float>::infinity()),
+    mx[h] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 chk[F];
+  for (int h = 0; h < F; ++h) chk[h] = _mm512_setzero_ps();
+  std::int64_t pos = 0, neg = 0;
+  const __m512d k = _mm512_set1_pd(acc.shift);
+  const __m512 fzero = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < m; i += step) {
+    __m512 xs[F];
+    if constexpr (float_side) {
+      for (int h = 0; h < F; ++h) {
+        __m512 x = _mm512_loadu_ps(p + i + 16 * h);
+        xs[h] = x;
+        // One load per register, not one folded into each use: repeated
+        // loads of a line still in flight from memory fill the load queue.
+        asm("" : "+v"(x));
+        if constexpr (want_ext) {
+          mn[h] = _mm512_min_ps(mn[h], x);
+          mx[h] = _mm512_max_ps(mx[h], x);
+        }
+        if constexpr (want_sign) {
+          // Mask registers to popcount: the counting runs on the integer
+          // units, beside the floating-point work.
+          pos += std::popcount(static_cast<unsigned>(_mm512_cmp_ps_mask(x, fzero, _CMP_GT_OQ)));
+          neg += std::popcount(static_cast<unsigned>(_mm512_cmp_ps_mask(x, fzero, _CMP_LT_OQ)));
+        }
+        // x * 0 is NaN exactly for NaN and +-Inf: one fused op per register.
+        if constexpr (want_check && sums == 0) chk[h] = _mm512_fmadd_ps(x, fzero, chk[h]);
+      }
+    }
+    if constexpr (sums > 0) {
+      for (int j = 0; j < C; ++j) {
+        // With the float side, convert the registers it loaded (each line
+        // read once); otherwise load the 8 floats directly.
+        __m256 f;
+        if constexpr (float_side)
+          f = j % 2 == 0 ? _mm512_castps512_ps256(xs[j / 2]) : _mm512_extractf32x8_ps(xs[j / 2], 1);
+        else
+          f = _mm256_loadu_ps(p + i + 8 * j);
+        const __m512d d = _mm512_cvtps_pd(f);
+        if constexpr (want_sum) sum[j] = _mm512_add_pd(sum[j], d);
+        if constexpr (want_abs) ab[j] = _mm512_add_pd(ab[j], _mm512_abs_pd(d));
+        if constexpr (want_sq) sq[j] = _mm512_fmadd_pd(d, d, sq[j]);
+        if constexpr (want_var) {
+          const __m512d e = _mm512_sub_pd(d, k);
+          // With the plain sum at hand, the shifted one is derived per block.
+          if constexpr (!want_sum) s1[j] = _mm512_add_pd(s1[j], e);
+          s2[j] = _mm512_fmadd_pd(e, e, s2[j]);
+        }
+      }
+    }
+  }
+  const double b_sum = want_sum ? fold512<C>(sum) : 0, b_abs = want_abs ? fold512<C>(ab) : 0,
+               b_sq = want_sq ? fold512<C>(sq) : 0,
+               // sum(x - k) = sum(x) - m k: the rounding of the block's sum
+               // is u * sum|x|, far below what s1^2 / n can feel.
+               b_s1 = !want_var ? 0 : want_sum ? b_sum - static_cast<double>(m) * acc.shift : fold512<C>(s1),
+               b_s2 = want_var ? fold512<C>(s2) : 0;
+  if constexpr (want_check) {
+    if constexpr (sums == 0) {
+      __m512 any = chk[0];
+      for (int h = 1; h < F; ++h) any = _mm512_add_ps(any, chk[h]);
+      if (_mm512_cmp_ps_mask(any, any, _CMP_UNORD_Q) != 0) return false;
+    } else if (!std::isfinite(want_abs ? b_abs : want_sum ? b_sum : want_sq ? b_sq : b_s2)) {
+      return false;
+    }
+  }
+  if constexpr (want_sum) acc.sum += b_sum;
+  if constexpr (want_abs) acc.abs_sum += b_abs;
+  if constexpr (want_sq) acc.sumsq += b_sq;
+  if constexpr (want_var) acc.s1 += b_s1, acc.s2 += b_s2;
+  if constexpr (want_ext) {
+    __m512 a = mn[0], b = mx[0];
+    for (int h = 1; h < F; ++h) a = _mm512_min_ps(a, mn[h]), b = _mm512_max_ps(b, mx[h]);
+    const double lo = _mm512_reduce_min_ps(a), hi = _mm512_reduce_max_ps(b);
+    acc.mn = std::min(acc.mn, lo), acc.mx = std::max(acc.mx, hi);
+    acc.amx = std::max({acc.amx, std::abs(lo), std::abs(hi)});
+  }
+  if constexpr (want_sign) {
+    acc.pos += static_cast<double>(pos), acc.neg += static_cast<double>(neg);
+    acc.zero += static_cast<double>(m - pos - neg);
+  }
+  acc.n += static_cast<double>(m);
+  return true;
+}
+
+template <std::size_t... I>
+constexpr std::array<BlockKernel, sizeof...(I)> make_kernels512(std::index_sequence<I...>) {
+  return {&reduce_block512<static_cast<unsigned>(I)>...};
+}
+constexpr auto block_kernels512 = make_kernels512(std::make_index_sequence<need_all + 1>{});
+#pragma GCC diagnostic pop
+
+std::atomic<detail::StatsKernel> forced_kernel{detail::StatsKernel::best};
+
+/// The kernels this CPU runs (AVX-512, else AVX2+FMA), or null for none.
+const std::array<BlockKernel, need_all + 1>* cpu_kernels() {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  switch (forced_kernel.load(std::memory_order_relaxed)) {
+    case detail::StatsKernel::general: return nullptr;
+    case detail::StatsKernel::avx2: return avx2 ? &block_kernels : nullptr;
+    case detail::StatsKernel::best: break;
+  }
+  static const auto* table = []() -> const std::array<BlockKernel, need_all + 1>* {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+      return &block_kernels512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &block_kernels;
+    return nullptr;
+  }();
+  return table;
+}
+
+// Blocks of 16 KiB: a block redone by the general path is still in L1.
+constexpr std::int64_t fast_block = 4096;
+
+/// Reduces `count` floats from `p` into `acc` (whose shift is set): whole
+/// blocks through `kernel` (a block it refuses, through the general path),
+/// the tail of fewer than 64 elements through the general path.
+void reduce_range(const float* p, std::int64_t count, BlockKernel kernel, Acc& acc) {
   auto general = [&](const float* q, std::int64_t n) {
     acc.run(q, n, 1, [](const float* e) { return static_cast<double>(*e); });
   };
-  // Blocks of 16 KiB: a block redone by the general path is still in L1.
-  constexpr std::int64_t block = 4096;
+  // A head up to the next 64-byte boundary through the general path: the
+  // kernels' loads then never straddle two cache lines, which halves the
+  // speed of a 512-bit stream. (Chunks are whole blocks, so every chunk of a
+  // tensor starts at the same alignment and the split stays a function of
+  // the tensor alone.)
+  const auto misalign = reinterpret_cast<std::uintptr_t>(p) % 64;
+  const std::int64_t head =
+      std::min<std::int64_t>(count, misalign % 4 == 0 ? static_cast<std::int64_t>((64 - misalign) % 64 / 4) : 0);
+  if (head > 0) general(p, head);
+  p += head, count -= head;
   std::int64_t start = 0;
-  for (; start + 32 <= count; start += block) {
-    const std::int64_t m = std::min(block, count - start) / 32 * 32;
+  for (; start + 64 <= count; start += fast_block) {
+    const std::int64_t m = std::min(fast_block, count - start) / 64 * 64;
     if (!kernel(p + start, m, acc)) general(p + start, m);
-    if (m < block) {
+    if (m < fast_block) {
       start += m;
       break;
     }
   }
   if (start < count) general(p + start, count - start);
+}
+
+#endif  // VIGIL_FAST_STATS
+
+// ---- chunks and threads -------------------------------------------------------
+//
+// A large tensor is cut into chunks whose length depends only on its length
+// (at least 64 blocks, at most max_chunks chunks); each chunk is reduced into
+// a partial Acc of its own, and the partials are added in chunk order. The
+// sequential path does exactly the same, so the stats are bit-identical
+// whether one thread or many reduced the chunks, and in whatever order.
+
+constexpr std::int64_t min_chunk = 64 * 4096;  // elements
+constexpr std::int64_t max_chunks = 64;
+
+std::int64_t chunk_length(std::int64_t n) {
+  const std::int64_t len = std::max(min_chunk, (n + max_chunks - 1) / max_chunks);
+  return (len + 4095) / 4096 * 4096;  // whole blocks, so chunks cut no block
+}
+
+/// Adds a chunk's partial sums into the running total (same shift).
+void merge(Acc& into, const Acc& part) {
+  into.n += part.n, into.sum += part.sum, into.abs_sum += part.abs_sum, into.sumsq += part.sumsq;
+  into.s1 += part.s1, into.s2 += part.s2;
+  into.mn = std::min(into.mn, part.mn), into.mx = std::max(into.mx, part.mx);
+  into.amx = std::max(into.amx, part.amx);
+  into.zero += part.zero, into.pos += part.pos, into.neg += part.neg;
+  into.nans += part.nans, into.infs += part.infs;
+}
+
+std::atomic<unsigned> threading_threads{0};
+std::atomic<std::size_t> threading_min_bytes{std::size_t{4} << 20};
+
+/// Persistent workers for chunked reductions. One job at a time: a caller
+/// that finds the pool busy does its chunks alone (same result).
+class Pool {
+ public:
+  using Fn = void (*)(void*, std::int64_t);
+
+  static Pool& instance() {
+    static Pool pool;
+    return pool;
+  }
+
+  /// Runs fn(ctx, i) for every i in [0, count) on the caller and up to
+  /// `helpers` workers; false (nothing run) if the pool is busy or this is a
+  /// forked child whose workers do not exist.
+  bool run(unsigned helpers, std::int64_t count, Fn fn, void* ctx) {
+    std::unique_lock busy(busy_, std::try_to_lock);
+    if (!busy.owns_lock() || ::getpid() != pid_) return false;
+    {
+      std::unique_lock lock(m_);
+      // A worker that woke late may still be inside the previous job (it
+      // will find no chunk left): the counter is not reset under it.
+      done_.wait(lock, [&] { return inside_ == 0; });
+      // Warm-up: the only allocation, when more workers are asked for.
+      while (workers_.size() < helpers) {
+        const unsigned index = static_cast<unsigned>(workers_.size());
+        workers_.emplace_back([this, index] { work(index); });
+      }
+      fn_ = fn, ctx_ = ctx, count_ = count, helpers_ = helpers;
+      next_.store(0, std::memory_order_relaxed);
+      ++generation_;
+    }
+    wake_.notify_all();
+    claim(fn, ctx, count);
+    // Every chunk is claimed; the workers still inside the job finish theirs.
+    std::unique_lock lock(m_);
+    done_.wait(lock, [&] { return inside_ == 0; });
+    return true;
+  }
+
+  ~Pool() {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_)
+      if (w.joinable()) w.join();
+  }
+
+ private:
+  Pool() : pid_(::getpid()) {}
+
+  void claim(Fn fn, void* ctx, std::int64_t count) {
+    for (std::int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < count;) fn(ctx, i);
+  }
+
+  void work(unsigned index) {
+    std::unique_lock lock(m_);
+    std::uint64_t seen = generation_;
+    while (true) {
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      if (index >= helpers_) continue;  // not needed for this job
+      // The job's parameters are read, and this worker counted in, under
+      // the lock: the caller cannot start the next job while it is inside.
+      const Fn fn = fn_;
+      void* const ctx = ctx_;
+      const std::int64_t count = count_;
+      ++inside_;
+      lock.unlock();
+      claim(fn, ctx, count);
+      lock.lock();
+      if (--inside_ == 0) done_.notify_all();
+    }
+  }
+
+  std::mutex busy_;
+  std::mutex m_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> workers_;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+  Fn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  std::int64_t count_ = 0;
+  unsigned helpers_ = 0;
+  int inside_ = 0;
+  std::atomic<std::int64_t> next_{0};
+  const pid_t pid_;
+};
+
+#ifdef VIGIL_FAST_STATS
+struct ChunkJob {
+  const float* p;
+  std::int64_t count, len;
+  BlockKernel kernel;
+  Acc* parts;
+};
+
+void reduce_chunk(void* ctx, std::int64_t i) {
+  auto& job = *static_cast<ChunkJob*>(ctx);
+  const std::int64_t first = i * job.len;
+  reduce_range(job.p + first, std::min(job.len, job.count - first), job.kernel, job.parts[i]);
+}
+
+/// The fast path for a contiguous float32 tensor; false if this CPU has
+/// neither AVX-512 nor AVX2 (the caller then takes the general path).
+bool accumulate_float32_fast(const float* p, std::int64_t count, unsigned needs, Acc& acc) {
+  const auto* kernels = cpu_kernels();
+  if (kernels == nullptr || count == 0) return false;
+  // The shift the general path would take (the first element), so that a
+  // block it redoes uses the same one, in every chunk.
+  acc.shift = std::isfinite(p[0]) ? p[0] : 0;
+  acc.shifted = true;
+  const BlockKernel kernel = (*kernels)[needs & need_all];
+  const std::int64_t len = chunk_length(count), chunks = (count + len - 1) / len;
+  std::array<Acc, max_chunks> parts;
+  for (std::int64_t i = 0; i < chunks; ++i) {
+    parts[static_cast<std::size_t>(i)].shift = acc.shift;
+    parts[static_cast<std::size_t>(i)].shifted = true;
+  }
+  ChunkJob job{p, count, len, kernel, parts.data()};
+  unsigned threads = threading_threads.load(std::memory_order_relaxed);
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  const bool parallel =
+      chunks > 1 && threads > 1 &&
+      static_cast<std::size_t>(count) * sizeof(float) >= threading_min_bytes.load(std::memory_order_relaxed) &&
+      Pool::instance().run(static_cast<unsigned>(std::min<std::int64_t>(threads - 1, chunks - 1)),
+                           chunks, &reduce_chunk, &job);
+  if (!parallel)
+    for (std::int64_t i = 0; i < chunks; ++i) reduce_chunk(&job, i);
+  for (std::int64_t i = 0; i < chunks; ++i) merge(acc, parts[static_cast<std::size_t>(i)]);
   return true;
 }
 #endif
+
 
 double element(const TensorView& t, std::int64_t offset) {
   switch (t.dtype) {
@@ -570,6 +913,24 @@ bool parse_arg(std::string_view text, double& out) {
 }
 
 }  // namespace
+
+void detail::force_stats_kernel(StatsKernel kernel) {
+#ifdef VIGIL_FAST_STATS
+  forced_kernel.store(kernel, std::memory_order_relaxed);
+#else
+  (void)kernel;
+#endif
+}
+
+void set_stats_threading(const StatsThreading& options) {
+  threading_threads.store(options.threads, std::memory_order_relaxed);
+  threading_min_bytes.store(options.min_bytes, std::memory_order_relaxed);
+}
+
+StatsThreading stats_threading() {
+  return {threading_threads.load(std::memory_order_relaxed),
+          threading_min_bytes.load(std::memory_order_relaxed)};
+}
 
 std::string_view param_stat_name(ParamStat s) { return param_names[static_cast<std::size_t>(s)]; }
 std::size_t param_stat_arity(ParamStat s) { return param_arity[static_cast<std::size_t>(s)]; }

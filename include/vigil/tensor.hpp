@@ -66,12 +66,35 @@ TensorStats compute_stats(const TensorView& t, const TensorView* previous = null
 
 /// The stats in `wanted` only (the others are NaN; numel is always set):
 /// what a rule set reads costs only its own accumulators. A contiguous
-/// float32 tensor takes a SIMD path specialised for the set (AVX2, chosen at
-/// run time), as accurate as the full pass (every element is added in
-/// double). The update stats are computed only when asked for.
+/// float32 tensor takes a SIMD path specialised for the set (AVX-512, else
+/// AVX2, chosen at run time), as accurate as the full pass (every element is
+/// added in double), and a large one may use several threads
+/// (set_stats_threading; the result does not depend on it). The update stats
+/// are computed only when asked for.
 ///   auto s = vigil::compute_stats(view, vigil::stat_bit(vigil::Stat::norm));
 TensorStats compute_stats(const TensorView& t, StatMask wanted,
                           const TensorView* previous = nullptr);
+
+/// How compute_stats may spread one large tensor over several cores. A
+/// contiguous float32 tensor of at least `min_bytes` is reduced by `threads`
+/// threads in all (the caller and `threads - 1` workers of a persistent pool
+/// that the first such call starts; later calls do not allocate). The split
+/// into chunks and the order in which their partial sums are added depend
+/// only on the tensor's length, so the stats are bit-identical whatever these
+/// settings are and however the threads are scheduled. If the pool is busy
+/// (another thread is using it) or the process has forked since it started,
+/// the caller reduces the chunks alone. Process-wide; safe to change at any
+/// time from any thread.
+struct StatsThreading {
+  /// Threads per tensor, the caller included: 0 = the hardware's
+  /// (std::thread::hardware_concurrency), 1 = the calling thread only (off).
+  unsigned threads = 0;
+  /// Tensors smaller than this (in bytes) use the calling thread only:
+  /// below a few MiB waking the workers costs more than it saves.
+  std::size_t min_bytes = std::size_t{4} << 20;
+};
+void set_stats_threading(const StatsThreading& options);
+[[nodiscard]] StatsThreading stats_threading();
 
 /// Stats that take compile-time numeric arguments: `T.frac_outside(lo, hi)`
 /// reads the derived series `T_frac_outside(lo,hi){labels}` (the canonical

@@ -314,6 +314,31 @@ TEST(Alloc, SteadyStateParameterisedTensorStatsDoNotAllocate) {
   EXPECT_GT(firings, 100u);
 }
 
+// A tensor large enough to be split over threads: the first call starts the
+// pool's workers; later calls (any mask, on any thread count up to the one
+// warmed up) allocate nothing, in the caller or in the workers.
+TEST(Alloc, ThreadedTensorStatsDoNotAllocateAfterWarmUp) {
+  const vigil::StatsThreading saved = vigil::stats_threading();
+  vigil::set_stats_threading({3, 0});
+  std::vector<float> data(std::size_t{3} << 19);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& x : data) x = normal(rng);
+  data[12345] = NAN;  // one block through the general path
+  const std::int64_t shape[] = {static_cast<std::int64_t>(data.size())};
+  const vigil::TensorView view{data.data(), vigil::DType::float32, shape, {}};
+  double sink = vigil::compute_stats(view)[vigil::Stat::numel];
+  const auto n = allocations_in([&] {
+    for (int i = 0; i < 10; ++i) {
+      sink += vigil::compute_stats(view)[vigil::Stat::numel];
+      sink += vigil::compute_stats(view, vigil::stat_bit(vigil::Stat::norm))[vigil::Stat::numel];
+    }
+  });
+  vigil::set_stats_threading(saved);
+  EXPECT_EQ(n, 0u) << "compute_stats allocated " << n << " times in 20 threaded calls";
+  EXPECT_EQ(sink, 21.0 * static_cast<double>(data.size()));
+}
+
 }  // namespace
 
 // Every running window kind (interp/window_state.hpp) over windows of

@@ -6,14 +6,20 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "interp/tensor_stats.hpp"
 #include "vigil/engine.hpp"
 #include "vigil/tensor.hpp"
 
@@ -258,16 +264,29 @@ RC_GTEST_PROP(TensorStats, EveryStatEqualsANaiveReference, ()) {
   }
 }
 
+// Selects a kernel for the rest of a test (and back to the best after it).
+struct ForcedKernel {
+  explicit ForcedKernel(vigil::detail::StatsKernel k) { vigil::detail::force_stats_kernel(k); }
+  ~ForcedKernel() { vigil::detail::force_stats_kernel(vigil::detail::StatsKernel::best); }
+};
+
 // The float32 fast path (contiguous tensors, only the stats asked for):
 // every requested stat equals the naive long-double reference, whatever the
-// alignment, length (blocks of 4096, 16-element steps, tails), the mask, and
-// how often NaN/Inf occur (never: the SIMD blocks; rarely: some blocks redone
-// by the general path; often: most of them). What was not asked for is NaN.
+// kernel (AVX-512, AVX2 or the general path, as far as the CPU has them),
+// the alignment (every 4-byte phase of a 64-byte line: the unaligned head),
+// length (blocks of 4096, 64-element steps, tails), the mask, and how often
+// NaN/Inf occur (never: the SIMD blocks; rarely: some blocks redone by the
+// general path; often: most of them), with -0, denormals, wide magnitudes
+// and data far from zero. What was not asked for is NaN.
 RC_GTEST_PROP(TensorStats, MaskedFloat32StatsEqualANaiveReference, ()) {
+  const ForcedKernel kernel(*rc::gen::element(vigil::detail::StatsKernel::best,
+                                              vigil::detail::StatsKernel::avx2,
+                                              vigil::detail::StatsKernel::general));
   const std::int64_t n = *rc::gen::oneOf(
-      rc::gen::element<std::int64_t>(1, 15, 16, 17, 4095, 4096, 4097, 4096 * 3 + 16, 10000),
+      rc::gen::element<std::int64_t>(1, 15, 16, 17, 63, 64, 65, 79, 80, 4095, 4096, 4097,
+                                     4096 + 64, 4096 + 79, 4096 * 3 + 16, 10000),
       rc::gen::inRange<std::int64_t>(0, 20000));
-  const std::size_t misalign = *rc::gen::inRange<std::size_t>(0, 8);
+  const std::size_t misalign = *rc::gen::inRange<std::size_t>(0, 16);
   const int nonfinite_every = *rc::gen::element(0, 5000, 13);
   const int spread = *rc::gen::element(0, 1, 2);  // k/64; wide magnitudes; far from zero
   const StatMask mask = *rc::gen::arbitrary<std::uint32_t>() & ((StatMask{1} << vigil::stat_count) - 1);
@@ -281,6 +300,8 @@ RC_GTEST_PROP(TensorStats, MaskedFloat32StatsEqualANaiveReference, ()) {
       v = rng() % 3 == 0 ? NAN : rng() % 2 ? INFINITY : -INFINITY;
     } else if (rng() % 50 == 0) {
       v = rng() % 2 ? 0.0f : -0.0f;
+    } else if (rng() % 100 == 0) {
+      v = (rng() % 2 ? 1.0f : -1.0f) * std::ldexp(1.0f, -140);  // denormal
     } else if (spread == 0) {
       v = static_cast<float>(static_cast<std::int64_t>(rng() % 200000) - 100000) / 64.0f;
     } else if (spread == 1) {
@@ -312,6 +333,129 @@ RC_GTEST_PROP(TensorStats, MaskedFloat32StatsEqualANaiveReference, ()) {
       RC_FAIL(std::string(vigil::stat_name(s)) + ": got " + std::to_string(got[s]) + " want " +
               std::to_string(want[s]) + " (numel " + std::to_string(n) + ")");
   }
+}
+
+// ---- several threads per tensor -------------------------------------------
+
+// A large float32 tensor in the layout the chunking cares about: `n`
+// elements starting `offset` floats into the buffer (every chunk then starts
+// at that phase of a cache line), normal values, and optionally a few NaN,
+// Inf, -0 and denormals in scattered blocks.
+struct Big {
+  std::vector<float> buf;
+  std::int64_t n;
+  std::size_t offset;
+  Big(std::int64_t n_, std::size_t offset_, bool special, std::uint64_t seed)
+      : buf(static_cast<std::size_t>(n_) + offset_), n(n_), offset(offset_) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.5f, 2.0f);
+    for (auto& x : buf) x = normal(rng);
+    if (special)
+      for (int i = 0; i < 40; ++i) {
+        const auto at = offset + rng() % static_cast<std::uint64_t>(n);
+        const float v[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, std::ldexp(1.0f, -140)};
+        buf[at] = v[rng() % 6];
+      }
+  }
+  std::int64_t shape[1] = {n};
+  vigil::TensorView view() const { return {buf.data() + offset, DType::float32, shape, {}}; }
+};
+
+bool bit_equal(const vigil::TensorStats& a, const vigil::TensorStats& b) {
+  return std::memcmp(a.values, b.values, sizeof a.values) == 0;
+}
+
+// Restores the process-wide threading setting after a test.
+struct Threading {
+  vigil::StatsThreading saved = vigil::stats_threading();
+  explicit Threading(vigil::StatsThreading t) { vigil::set_stats_threading(t); }
+  ~Threading() { vigil::set_stats_threading(saved); }
+};
+
+// The chunks (at least 2^18 elements, at most 64 of them) and the order of
+// their partial sums depend on the length alone: any number of threads, and
+// a threshold that turns them off, give the same bits, and those equal the
+// long-double reference to the usual bound. Lengths: just over one chunk, a
+// whole number of chunks, an odd tail, and over 64 minimum chunks (the chunk
+// length grows); with and without NaN/Inf blocks; aligned and not.
+TEST(TensorStats, ThreadCountNeverChangesABit) {
+  constexpr std::int64_t chunk = std::int64_t{1} << 18;
+  const std::int64_t lengths[] = {chunk + 1, 3 * chunk, 5 * chunk + 4096 * 3 + 17,
+                                  64 * chunk + 3 * 4096 + 5};
+  std::uint64_t seed = 1;
+  for (const std::int64_t n : lengths)
+    for (const bool special : {false, true}) {
+      const Big big(n, static_cast<std::size_t>(seed % 16), special, seed);
+      ++seed;
+      const StatMask all = ~StatMask{0};
+      vigil::TensorStats one;
+      {
+        const Threading off({1, 0});
+        one = vigil::compute_stats(big.view(), all);
+      }
+      for (const unsigned threads : {2u, 3u, 8u}) {
+        const Threading on({threads, 0});
+        EXPECT_TRUE(bit_equal(vigil::compute_stats(big.view(), all), one))
+            << "n " << n << " threads " << threads << " special " << special;
+      }
+      {
+        const Threading above({2, std::size_t{1} << 40});  // threshold not reached
+        EXPECT_TRUE(bit_equal(vigil::compute_stats(big.view(), all), one));
+      }
+      if (n > 4 * chunk) continue;  // the reference is slow; the small ones suffice
+      const std::vector<double> x(big.buf.begin() + static_cast<std::ptrdiff_t>(big.offset), big.buf.end());
+      const auto want = naive(x, nullptr);
+      double scale = 0;
+      for (double v : x)
+        if (std::isfinite(v)) scale = std::max(scale, std::abs(v) * static_cast<double>(x.size()));
+      for (std::size_t i = 0; i + 2 < vigil::stat_count; ++i) {  // not update_*
+        const auto s = static_cast<Stat>(i);
+        const double sc = (s == Stat::var || s == Stat::std) ? scale * scale : scale;
+        EXPECT_TRUE(close(one[s], want[s], s == Stat::std ? scale : sc))
+            << vigil::stat_name(s) << " got " << one[s] << " want " << want[s];
+      }
+    }
+}
+
+// Several host threads reducing large tensors at once share one pool: the
+// one that finds it busy reduces its chunks alone, with the same bits.
+TEST(TensorStats, ConcurrentCallersGetTheSameBits) {
+  const Big big(std::int64_t{3} << 19, 3, true, 99);
+  vigil::TensorStats one;
+  {
+    const Threading off({1, 0});
+    one = vigil::compute_stats(big.view());
+  }
+  const Threading on({2, 0});
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&] {
+      for (int i = 0; i < 6; ++i)
+        if (!bit_equal(vigil::compute_stats(big.view()), one)) ++mismatches;
+    });
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+// A child forked after the pool started has none of its workers: it
+// reduces alone instead of waiting for them.
+TEST(TensorStats, AForkedChildReducesWithoutThePool) {
+  const Big big(std::int64_t{1} << 20, 0, false, 7);
+  const Threading on({2, 0});
+  const auto parent = vigil::compute_stats(big.view());  // starts the pool
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(bit_equal(vigil::compute_stats(big.view()), parent) ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(TensorStats, ThreadingSettingRoundTrips) {
+  const Threading t({3, 12345});
+  EXPECT_EQ(vigil::stats_threading().threads, 3u);
+  EXPECT_EQ(vigil::stats_threading().min_bytes, 12345u);
 }
 
 TEST(TensorStats, MaskedStatsEqualTheFullPassOnEveryDtype) {
