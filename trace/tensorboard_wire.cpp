@@ -62,15 +62,14 @@ class Decoder {
           continue;
         }
         case key(5, kLen): {
-          const Byte* sub_end;
-          if (!enter(p, end, sub_end)) return false;
-          if (!out_.has_summary) {
-            out_.has_summary = true;
-            out_.values.clear();
-          }
-          if (!summary(p, sub_end)) return false;
-          leave();
-          p = sub_end;
+          const bool ok = nested(p, end, [&](const Byte* q, const Byte* e) {
+            if (!out_.has_summary) {
+              out_.has_summary = true;
+              out_.values.clear();
+            }
+            return summary(q, e);
+          });
+          if (!ok) return false;
           continue;
         }
         default:
@@ -163,6 +162,15 @@ class Decoder {
     return true;
   }
   void leave() { ++depth_; }
+  // A nested message read by `parse(p, sub_end)`, one level deeper; p moves past it.
+  template <class Parse>
+  bool nested(const Byte*& p, const Byte* end, Parse&& parse) {
+    const Byte* sub_end;
+    if (!enter(p, end, sub_end) || !parse(p, sub_end)) return false;
+    leave();
+    p = sub_end;
+    return true;
+  }
 
   // A field this decoder does not read, of any wire type. A tag 0 or an
   // end-group tag here ends a message early, which protobuf rejects
@@ -212,12 +220,10 @@ class Decoder {
       std::uint32_t tag;
       if (!read_tag(p, end, tag)) return false;
       if (tag == key(1, kLen)) {
-        const Byte* sub_end;
-        if (!enter(p, end, sub_end)) return false;
-        WireValue& v = out_.values.emplace_back();
-        if (!value(v, p, sub_end)) return false;
-        leave();
-        p = sub_end;
+        const bool ok = nested(p, end, [&](const Byte* q, const Byte* e) {
+          return value(out_.values.emplace_back(), q, e);
+        });
+        if (!ok) return false;
       } else if (!unknown(tag, p, end)) {
         return false;
       }
@@ -240,24 +246,22 @@ class Decoder {
           p += 4;
           continue;
         case key(8, kLen): {  // oneof value: a second tensor merges into the first
-          const Byte* sub_end;
-          if (!enter(p, end, sub_end)) return false;
-          if (v.kind != WireValue::Kind::tensor) {
-            v.kind = WireValue::Kind::tensor;
-            v.tensor = WireTensor{};
-          }
-          if (!tensor(v.tensor, p, sub_end)) return false;
-          leave();
-          p = sub_end;
+          const bool ok = nested(p, end, [&](const Byte* q, const Byte* e) {
+            if (v.kind != WireValue::Kind::tensor) {
+              v.kind = WireValue::Kind::tensor;
+              v.tensor = WireTensor{};
+            }
+            return tensor(v.tensor, q, e);
+          });
+          if (!ok) return false;
           continue;
         }
         case key(9, kLen): {  // metadata { plugin_data { plugin_name } }, merged
-          const Byte* sub_end;
-          if (!enter(p, end, sub_end)) return false;
-          v.has_metadata = true;
-          if (!metadata(v, p, sub_end)) return false;
-          leave();
-          p = sub_end;
+          const bool ok = nested(p, end, [&](const Byte* q, const Byte* e) {
+            v.has_metadata = true;
+            return metadata(v, q, e);
+          });
+          if (!ok) return false;
           continue;
         }
         default:
@@ -272,11 +276,8 @@ class Decoder {
       std::uint32_t tag;
       if (!read_tag(p, end, tag)) return false;
       if (tag == key(1, kLen)) {
-        const Byte* sub_end;
-        if (!enter(p, end, sub_end)) return false;
-        if (!plugin_data(v, p, sub_end)) return false;
-        leave();
-        p = sub_end;
+        if (!nested(p, end, [&](const Byte* q, const Byte* e) { return plugin_data(v, q, e); }))
+          return false;
       } else if (!unknown(tag, p, end)) {
         return false;
       }
@@ -361,14 +362,9 @@ class Decoder {
           t.dtype = static_cast<std::int32_t>(v);
           break;
         }
-        case key(2, kLen): {  // tensor_shape, merged
-          const Byte* sub_end;
-          if (!enter(p, end, sub_end)) return false;
-          if (!shape(t, p, sub_end)) return false;
-          leave();
-          p = sub_end;
+        case key(2, kLen):  // tensor_shape, merged
+          ok = nested(p, end, [&](const Byte* q, const Byte* e) { return shape(t, q, e); });
           break;
-        }
         case key(4, kLen): ok = read_bytes(p, end, t.content); break;
         case key(5, kLen): ok = packed_fixed<float>(p, end, t.float_n, t.float0); break;
         case key(5, kFixed32): ok = one_fixed(p, end, t.float_n, t.float0); break;
