@@ -3,6 +3,8 @@
 // Owns: diagnostic rendering and suggestions. Must not touch: any stage's logic.
 #include "vigil/diagnostic.hpp"
 
+#include "grammar/source_file.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,6 +23,12 @@ std::uint32_t SourceSet::add(std::string name, std::string text) {
   files_.push_back(SourceFile{std::move(name), std::move(text)});
   line_starts_.push_back(std::move(starts));
   return static_cast<std::uint32_t>(files_.size() - 1);
+}
+
+std::optional<std::uint32_t> SourceSet::load(const std::string& path, std::string& error) {
+  std::string text;
+  if (!grammar::read_source_file(path, text, error)) return std::nullopt;
+  return add(path, std::move(text));
 }
 
 LineCol SourceSet::line_col(std::uint32_t file, std::uint32_t offset) const {

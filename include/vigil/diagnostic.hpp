@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,11 @@ class SourceSet {
  public:
   /// Adds a file and returns its index.
   std::uint32_t add(std::string name, std::string text);
+  /// Reads the file at `path` the way rule files are read (a regular file of
+  /// at most 16 MiB holding text; never blocks on a FIFO, never quotes the
+  /// content; docs/limits.md) and adds it. Returns nullopt with `error` set
+  /// to a short reason ("is not a regular file (a device, FIFO or socket)").
+  std::optional<std::uint32_t> load(const std::string& path, std::string& error);
   [[nodiscard]] const SourceFile& operator[](std::uint32_t file) const { return files_.at(file); }
   [[nodiscard]] std::size_t size() const { return files_.size(); }
   /// Line/column of a byte offset (offsets past the end clamp to the end).

@@ -12,9 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -196,17 +194,17 @@ class TestRunner {
   }
 
   void run_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::error_code ec;
-    if (!in || std::filesystem::is_directory(path, ec)) {
-      print_err(fmt::format("rulecheck: cannot read test file '{}'\n", path));
+    // Test files come with shared rule libraries: read like rule files
+    // (regular files only, size cap, never the content in the message).
+    vigil::SourceSet sources;
+    std::string reason;
+    const auto loaded = sources.load(path, reason);
+    if (!loaded) {
+      print_err(fmt::format("rulecheck: cannot read test file '{}': {}\n", escape_controls(path), reason));
       file_error_ = true;
       return;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    vigil::SourceSet sources;
-    const auto file = sources.add(path, text.str());
+    const auto file = *loaded;
     rtest::TestFile tf;
     std::vector<vigil::Diagnostic> diagnostics;
     const bool ok = rtest::parse_test_file(sources, file, tf, diagnostics);
