@@ -344,6 +344,7 @@ struct Monitor::Impl {
   std::vector<at::Tensor> device_batch;
   std::vector<TensorStats> device_results;
   MonitorStats counters;
+  std::size_t unwatched_params = 0;
 
   Impl(Engine& e, ::torch::nn::Module& m, ::torch::optim::Optimizer& o, MonitorOptions opts)
       : engine(e), model(m), optimizer(o), options(std::move(opts)) {
@@ -353,10 +354,22 @@ struct Monitor::Impl {
       p.name = item.key();
       p.tensor = item.value();
       const Labels labels{{"layer", p.name}};
-      p.grad_id = *engine.tensor(format_series_key("grad", labels));
-      p.weight_id = *engine.tensor(format_series_key("weight", labels));
+      const auto grad_id = engine.tensor(format_series_key("grad", labels));
+      const auto weight_id = engine.tensor(format_series_key("weight", labels));
+      // Refused past EngineOptions::max_label_sets (counted in
+      // EngineStats::label_limit_drops): that parameter is not watched.
+      if (!grad_id || !weight_id) {
+        ++unwatched_params;
+        continue;
+      }
+      p.grad_id = *grad_id;
+      p.weight_id = *weight_id;
       params.push_back(std::move(p));
     }
+    if (unwatched_params != 0)
+      options.log(fmt::format("vigil: {} parameter tensors are not watched: past the label-set limit "
+                              "(EngineOptions::max_label_sets)",
+                              unwatched_params));
     loss_id = *engine.series("loss");
     lr_id = *engine.series("lr");
     step_time_id = *engine.series("step_time");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -130,6 +131,37 @@ TEST(MonitorDue, MixedRulesGiveTheFiringsOfCollectingEveryStep) {
   EXPECT_LT(due.stats.tensors_observed, all.stats.tensors_observed);
   EXPECT_GT(due.firings.size(), 3u);
   expect_same_firings(all.firings, due.firings, 0);
+}
+
+// A model with more parameter tensors than EngineOptions::max_label_sets
+// allows: the ones past the limit are not watched (one log line, counted in
+// label_limit_drops), the others are, and nothing crashes.
+TEST(MonitorLimits, ParametersPastTheLabelSetLimitAreNotWatched) {
+  ::torch::manual_seed(7);
+  auto net = std::make_shared<Net>();
+  ::torch::optim::SGD opt(net->parameters(), ::torch::optim::SGDOptions(0.05));
+  vigil::EngineOptions limits;
+  limits.max_label_sets = 2;
+  vigil::Engine engine(compile("rule g: when grad_norm > 0 do log\n"), limits);
+  MonitorOptions options;
+  std::vector<std::string> logged;
+  options.log = [&](std::string_view msg) { logged.emplace_back(msg); };
+  vigil::torch::Monitor mon(engine, *net, opt, options);
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_NE(logged[0].find("2 parameter tensors are not watched"), std::string::npos) << logged[0];
+  EXPECT_GT(engine.stats().label_limit_drops, 0u);
+  const auto x = ::torch::randn({16, 8});
+  const auto y = ::torch::randint(0, 3, {16}, ::torch::kLong);
+  opt.zero_grad();
+  auto loss = ::torch::nn::functional::cross_entropy(net->forward(x, &mon), y);
+  loss.backward();
+  const auto d = mon.after_backward(1, loss.item<double>());
+  std::vector<std::string> layers;
+  for (const auto& f : d.firings) layers.push_back(f.labels);
+  std::sort(layers.begin(), layers.end());
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_NE(layers[0].find("fc1.bias"), std::string::npos) << layers[0];
+  EXPECT_NE(layers[1].find("fc1.weight"), std::string::npos) << layers[1];
 }
 
 vigil::TensorStats cpu_stats(const at::Tensor& t) {
