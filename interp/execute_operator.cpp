@@ -121,20 +121,25 @@ bool Executor::eval_operator(const PlanNode& n, Column& out) {
   return true;
 }
 
+/// The input whose label sets an elementwise node iterates: the first vector
+/// that is not lone (one label-less element), else the first vector, else the
+/// first input; the other inputs join on its labels or broadcast.
+std::uint32_t Executor::elementwise_driver(const PlanNode& n) const {
+  std::uint32_t first_vector = no_node;
+  for (auto in : n.inputs) {
+    if (!plan_->nodes[in].vector) continue;
+    if (!lone(in)) return in;
+    if (first_vector == no_node) first_vector = in;
+  }
+  return first_vector != no_node ? first_vector : n.inputs[0];
+}
+
 /// Elementwise over 1..k inputs: vectors are joined on identical label
 /// sets; scalars, and vectors of one label-less element, broadcast.
 void Executor::eval_elementwise(const PlanNode& n, Column& out) {
   if (eval_operator(n, out)) return;
   const std::size_t k = n.inputs.size();
-  std::uint32_t driver = no_node;
-  for (auto in : n.inputs)
-    if (plan_->nodes[in].vector && !lone(in)) {
-      driver = in;
-      break;
-    }
-  for (auto in : n.inputs)
-    if (driver == no_node && plan_->nodes[in].vector) driver = in;
-  if (driver == no_node) driver = n.inputs[0];
+  const std::uint32_t driver = elementwise_driver(n);
   const bool broadcast_lone = !lone(driver);
   const Column& d = columns_[driver];
   for (std::size_t i = 0; i < d.values.size(); ++i) {

@@ -307,15 +307,7 @@ void Executor::sparse_element(std::uint32_t id, const PlanNode& n, std::uint32_t
 /// eval_elementwise (execute_operator.cpp) at one label: the same driver and
 /// broadcasts (sparse() ensured that no input's lone status changed).
 void Executor::sparse_elementwise(const PlanNode& n, std::uint32_t label) {
-  std::uint32_t driver = no_node;
-  for (auto in : n.inputs)
-    if (plan_->nodes[in].vector && !lone(in)) {
-      driver = in;
-      break;
-    }
-  for (auto in : n.inputs)
-    if (driver == no_node && plan_->nodes[in].vector) driver = in;
-  if (driver == no_node) driver = n.inputs[0];
+  const std::uint32_t driver = elementwise_driver(n);
   const bool broadcast_lone = !lone(driver);
   args_.clear();
   bool fresh = false;

@@ -122,6 +122,7 @@ class Executor {
   /// Element `label` of node n computed from its inputs' elements.
   void sparse_element(std::uint32_t id, const PlanNode& n, std::uint32_t label);
   void sparse_elementwise(const PlanNode& n, std::uint32_t label);
+  [[nodiscard]] std::uint32_t elementwise_driver(const PlanNode& n) const;
   void apply(Column& out);
   /// The index of `label` in `c`, or npos.
   static std::size_t find(const Column& c, std::uint32_t label);
