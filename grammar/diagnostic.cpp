@@ -152,6 +152,11 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
   const std::string* best = nullptr;
   std::size_t best_distance = limit + 1;
   for (const auto& c : candidates) {
+    // The distance is at least the difference in length: skipping those
+    // keeps the answer and makes a huge candidate (a trace's 60 MB series
+    // name) cost nothing.
+    const std::size_t gap = c.size() > word.size() ? c.size() - word.size() : word.size() - c.size();
+    if (gap >= best_distance) continue;
     const std::size_t dist = edit_distance(word, c);
     if (dist < best_distance) {  // strict: the first of equally close candidates wins
       best = &c;

@@ -320,40 +320,84 @@ vigil::EngineOptions recording(std::size_t max_label_sets) {
 }
 }  // namespace
 
+namespace {
+// Bounds on what a replay remembers of series no rule reads (common.hpp).
+constexpr std::size_t max_unread_keys = 65'536;
+constexpr std::size_t max_remembered_key_bytes = 1024;
+constexpr std::size_t max_other_names = 10'000;
+constexpr std::size_t max_other_modes = 1'000;
+constexpr std::size_t max_malformed_warnings = 100;
+}  // namespace
+
 Replay::Replay(const vigil::Program& program, std::string trace, std::size_t max_label_sets)
     : trace_(std::move(trace)),
       engine_(program, recording(max_label_sets)),
-      max_label_sets_(max_label_sets) {}
+      max_label_sets_(max_label_sets) {
+  const auto& sources = program.sources();
+  for (const auto& use : program.series_uses()) {
+    reads_.insert(use.name);
+    watched_.insert(use.name);
+    if (use.file < sources.size())
+      if (auto joined = slash_joined(sources[use.file].text, use.range);
+          joined.find('/') != std::string::npos)
+        watched_.insert(std::move(joined));
+  }
+  for (const auto& rule : program.rules())
+    if (!rule.mode.empty()) watched_modes_.insert(rule.mode);
+}
+
+Replay::Key Replay::classify(const std::string& key) {
+  const auto& program = engine_.program();
+  const std::string_view trace_name(key.data(), std::min(key.find('{'), key.size()));
+  const std::string_view rule_name = program.resolve_alias(trace_name);
+  if (!rule_name.empty() && (watched_.contains(rule_name) || names_seen_.size() < max_other_names))
+    names_seen_.emplace(rule_name);  // as the rules name it
+  if (!reads_.contains(rule_name)) return Key::unread;  // not parsed: no rule reads it
+  std::string name;
+  vigil::Labels labels;
+  if (!vigil::parse_series_key(key, name, labels)) {
+    if (malformed_warnings_ < max_malformed_warnings)
+      print_err(fmt::format("{}: warning: malformed series key '{}' ignored\n", trace_,
+                            escape_controls(key)));
+    else if (malformed_warnings_ == max_malformed_warnings)
+      print_err(fmt::format("{}: warning: more malformed series keys are ignored without a "
+                            "warning\n", trace_));
+    ++malformed_warnings_;
+    return Key::malformed;
+  }
+  // Two trace series can only land on one name through an alias: only then
+  // are the (possibly huge) keys worth copying to track owners.
+  const auto& aliases = program.aliases();
+  const bool alias_involved = std::any_of(aliases.begin(), aliases.end(), [&](const auto& a) {
+    return a.first == name || a.second == rule_name;
+  });
+  if (alias_involved)
+    note_owner(vigil::format_series_key(rule_name, labels), vigil::format_series_key(name, labels),
+               rule_name == name);
+  return Key::read;
+}
 
 void Replay::intern(const vigil::Observation& obs) {
   samples_.clear();
   ++stamp_;
-  if (!modes_seen_.contains(obs.mode)) modes_seen_.insert(obs.mode);
+  if (!modes_seen_.contains(obs.mode) &&
+      (modes_seen_.size() < max_other_modes || watched_modes_.contains(obs.mode)))
+    modes_seen_.insert(obs.mode);
   for (const auto& [key, value] : obs.values) {
     auto it = ids_.find(key);
     if (it == ids_.end()) {
-      std::string name;
-      vigil::Labels labels;
-      const bool well_formed = vigil::parse_series_key(key, name, labels);
-      if (well_formed) {
-        const std::string rule_name(engine_.program().resolve_alias(name));
-        names_seen_.emplace(rule_name);  // as the rules name it
-        // Two trace series can only land on one name through an alias: only
-        // then are the (possibly huge) keys worth copying to track owners.
-        const auto& aliases = engine_.program().aliases();
-        const bool alias_involved =
-            std::any_of(aliases.begin(), aliases.end(),
-                        [&](const auto& a) { return a.first == name || a.second == rule_name; });
-        if (alias_involved)
-          note_owner(vigil::format_series_key(rule_name, labels),
-                     vigil::format_series_key(name, labels), rule_name == name);
+      const Key kind = classify(key);
+      if (kind == Key::read) {
+        it = ids_.emplace(key, kind).first;
       } else {
-        print_err(fmt::format("{}: warning: malformed series key '{}' ignored\n", trace_,
-                              escape_controls(key)));
+        if (unread_keys_ < max_unread_keys && key.size() <= max_remembered_key_bytes) {
+          ids_.emplace(key, kind);
+          ++unread_keys_;
+        }
+        continue;
       }
-      it = ids_.emplace(key, well_formed).first;
     }
-    if (!it->second) continue;
+    if (it->second != Key::read) continue;
     // Asked each time: the engine moves a name from an alias to the trace's
     // own series of that name when the latter first appears.
     const auto drops = engine_.stats().label_limit_drops;
@@ -367,6 +411,7 @@ void Replay::intern(const vigil::Observation& obs) {
             "are ignored (raise the limit with --max-label-sets N, 0 for none)\n",
             trace_, escape_controls(key.substr(0, key.find('{'))), max_label_sets_));
       }
+      ids_.erase(it);  // not remembered: a flood of new label sets must not grow memory
       continue;
     }
     if (!id) continue;  // lost a name collision (warned about in note_owner)

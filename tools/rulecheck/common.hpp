@@ -91,8 +91,13 @@ void warn_missing_series(const vigil::Program& program, const std::string& trace
                          const std::unordered_set<std::string>* modes_seen = nullptr);
 
 /// Feeds trace observations into a recording engine: interns each distinct
-/// key once, remembers which series names appeared, and warns once per
-/// malformed key.
+/// key a rule reads once, remembers which series names appeared, and warns
+/// once per malformed key.
+///
+/// Keys of series no rule reads never reach the engine: at most 65,536 of
+/// them (each up to 1 KiB) are remembered, the others are recognised again
+/// by their name at each occurrence. So a trace of millions of distinct
+/// names costs time linear in its size and bounded memory (issue 11 §3).
 class Replay {
  public:
   /// `max_label_sets`: EngineOptions::max_label_sets; past it, one warning.
@@ -111,11 +116,26 @@ class Replay {
   [[nodiscard]] double last_time() const { return last_.time; }
 
   [[nodiscard]] vigil::Engine& engine() { return engine_; }
+  /// The series names (as rules name them) that appeared: every name a rule
+  /// reads or writes joined by '/' (`train/loss`), and the first 10,000
+  /// others (the candidates of "did you mean" suggestions).
   [[nodiscard]] const std::unordered_set<std::string>& names_seen() const { return names_seen_; }
+  /// The modes that appeared: every mode a rule runs `in`, and up to 1,000 others.
   [[nodiscard]] const std::unordered_set<std::string>& modes_seen() const { return modes_seen_; }
   [[nodiscard]] const std::string& trace() const { return trace_; }
 
  private:
+  /// Strings looked up as views, without building a string.
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  using NameSet = std::unordered_set<std::string, Hash, std::equal_to<>>;
+  enum class Key : std::uint8_t { read, unread, malformed };
+
+  /// What a trace key is to the rules; remembers its name (and warns if it is
+  /// read but malformed).
+  Key classify(const std::string& key);
   void intern(const vigil::Observation& obs);
   /// Tracks which trace series is read as each rule-side series key and
   /// warns (once per pair) when two land on one name.
@@ -123,7 +143,12 @@ class Replay {
 
   std::string trace_;
   vigil::Engine engine_;
-  std::unordered_map<std::string, bool> ids_;  // trace keys seen -> well formed
+  NameSet reads_;          // series names rules read (rule side)
+  NameSet watched_;        // those, and names written joined by '/' (`train/loss`)
+  NameSet watched_modes_;  // modes rules run `in`
+  std::unordered_map<std::string, Key> ids_;  // trace keys seen (bounded, see above)
+  std::size_t unread_keys_ = 0;               // of them, not read or malformed
+  std::size_t malformed_warnings_ = 0;
   // rule-side key -> (trace key read as it, read under its own name)
   std::unordered_map<std::string, std::pair<std::string, bool>> owners_;
   // Per series id: the observation (stamp) and index of its sample in

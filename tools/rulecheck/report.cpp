@@ -74,6 +74,9 @@ void collect(const vigil::Program& program, const std::set<std::string>& read_na
             series->labels = std::move(labels);
           }
         }
+        // Keys no rule reads are remembered only up to a bound (a trace of
+        // millions of distinct names must not cost memory per name).
+        if (series == nullptr && (by_key.size() >= 65'536 || key.size() > 1024)) continue;
         it = by_key.emplace(key, series).first;
       }
       if (auto* s = it->second) {
