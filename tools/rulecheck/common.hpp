@@ -117,7 +117,7 @@ class Replay {
 
   [[nodiscard]] vigil::Engine& engine() { return engine_; }
   /// The series names (as rules name them) that appeared: every name a rule
-  /// reads or writes joined by '/' (`train/loss`), and the first 10,000
+  /// reads or spells joined by '/' (`train/loss`), and the first 10,000
   /// others (the candidates of "did you mean" suggestions).
   [[nodiscard]] const std::unordered_set<std::string>& names_seen() const { return names_seen_; }
   /// The modes that appeared: every mode a rule runs `in`, and up to 1,000 others.
