@@ -1,5 +1,5 @@
 // Running windows (see window_state.hpp): the exact accumulator, the
-// monotonic deque, the sorted blocks of order statistics, and the per-function update
+// monotonic deque, the two-heap order statistics, and the per-function update
 // and read-out. Must not touch anything but its arguments.
 #include "interp/window_state.hpp"
 
@@ -385,164 +385,182 @@ void RunningWindow::Deque::expire(std::uint64_t lo) {
   }
 }
 
-// ---- Sorted -------------------------------------------------------------------
+// ---- RankSplit ----------------------------------------------------------------
 
 namespace {
 
-bool same_bits(double a, double b) {
-  std::uint64_t x, y;
-  std::memcpy(&x, &a, sizeof x);
-  std::memcpy(&y, &b, sizeof y);
-  return x == y;
+using Node = OrderNode;
+
+/// The bits of `v` (not NaN) as an unsigned number in the order of the
+/// values: negative values' bits flipped, positive ones' sign bit set. Both
+/// zeros map to +0's key: they are equal values.
+std::uint64_t order_key(double v) {
+  if (v == 0) v = 0.0;
+  std::uint64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return (b >> 63) != 0 ? ~b : b | (std::uint64_t{1} << 63);
 }
 
-/// std::upper_bound (Upper) or std::lower_bound over a[0, n) without a
-/// branch per step (the comparisons are unpredictable: a branchy search
-/// mispredicts about half of them): the halving compiles to a cmov.
-template <bool Upper>
-std::size_t bound(const double* a, std::size_t n, double v) {
-  if (n == 0) return 0;
-  const double* base = a;
-  while (n > 1) {
-    const std::size_t half = n / 2;
-    const bool right = Upper ? !(v < base[half - 1]) : base[half - 1] < v;
-    base = right ? base + half : base;
-    n -= half;
-  }
-  const bool after = Upper ? !(v < *base) : *base < v;
-  return static_cast<std::size_t>(base - a) + (after ? 1 : 0);
+double key_value(std::uint64_t key) {
+  const std::uint64_t b = (key >> 63) != 0 ? key & ~(std::uint64_t{1} << 63) : ~key;
+  double v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
 }
+
+/// (value, sample number) order, without a branch: the two words compared
+/// as one 128-bit number.
+bool before(const Node& a, const Node& b) {
+  return ((static_cast<unsigned __int128>(a.key) << 64) | a.k) <
+         ((static_cast<unsigned __int128>(b.key) << 64) | b.k);
+}
+
+/// Whether `a` belongs above `b` in the max-heap (High false) or the min-heap.
+template <bool High>
+bool above(const Node& a, const Node& b) {
+  return High ? before(a, b) : before(b, a);
+}
+
+constexpr std::size_t arity = 4;
 
 }  // namespace
 
-void RunningWindow::Sorted::clear() {
-  // Keeps every buffer's capacity: refilling allocates nothing.
-  for (std::uint32_t b : order) free.push_back(b);
-  order.clear();
-  count.clear();
-  last.clear();
-  n = 0;
-}
-
-void RunningWindow::Sorted::reserve_for(std::uint32_t values) {
-  // 4 n / cap + 1 blocks at most (see the header), and one spare for a split.
-  // Below `cap` values one block holds them all (no split before it is full).
-  const std::uint32_t want = std::max<std::uint32_t>(8, values);
-  const std::size_t blocks = want < cap ? 1 : 4 * std::size_t{want} / cap + 2;
-  const std::size_t had = data.size() / cap;
-  if (blocks > had) {
-    data.resize(blocks * cap);
-    free.reserve(blocks);
-    for (std::size_t b = blocks; b-- > had;) free.push_back(static_cast<std::uint32_t>(b));
-    order.reserve(blocks);
-    count.reserve(blocks);
-    last.reserve(blocks);
+void RunningWindow::RankSplit::reserve(std::size_t values, std::uint64_t span) {
+  // Each heap may hold the whole window (all values on one side while the
+  // split is moved): reserving that here keeps sliding allocation-free.
+  if (low.capacity() < values) low.reserve(std::max(values, 2 * low.capacity()));
+  if (high.capacity() < values) high.reserve(std::max(values, 2 * high.capacity()));
+  if (span > where.size()) {
+    where.assign(std::bit_ceil(std::max<std::uint64_t>(span, 64)), 0);
+    mask = where.size() - 1;
+    for (std::size_t i = 0; i < low.size(); ++i) place(low[i], i, false);
+    for (std::size_t i = 0; i < high.size(); ++i) place(high[i], i, true);
   }
-  reserved = want;
 }
 
-void RunningWindow::Sorted::insert(double v) {
-  // Grows by a quarter: the worst-case reservation is already 4x the values.
-  if (n + 1 > reserved) reserve_for(n + 1 + n / 4);
-  ++n;
-  if (order.empty()) {
-    order.push_back(free.back());
-    free.pop_back();
-    count.push_back(1);
-    last.push_back(v);
-    block(0)[0] = v;
-    return;
+template <bool High>
+void RunningWindow::RankSplit::sift_up(std::vector<Node>& heap, std::size_t i, Node x) {
+  while (i > 0) {
+    const std::size_t parent = (i - 1) / arity;
+    if (!above<High>(x, heap[parent])) break;
+    heap[i] = heap[parent];
+    place(heap[i], i, High);
+    i = parent;
   }
-  // The first block whose largest value is above v (ties go after their
-  // equals: insertion order), else the last block.
-  std::size_t i = bound<true>(last.data(), last.size(), v);
-  if (i == last.size()) --i;
-  if (count[i] == cap) {
-    // Full: its upper half becomes a new block after it.
-    const std::uint32_t nb = free.back();
-    free.pop_back();
-    double* from = block(i) + cap / 2;
-    std::copy(from, from + cap / 2, &data[std::size_t{nb} * cap]);
-    order.insert(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, nb);
-    count.insert(count.begin() + static_cast<std::ptrdiff_t>(i) + 1, cap / 2);
-    last.insert(last.begin() + static_cast<std::ptrdiff_t>(i) + 1, last[i]);
-    count[i] = cap / 2;
-    last[i] = block(i)[cap / 2 - 1];
-    if (!(v < last[i])) ++i;
+  heap[i] = x;
+  place(x, i, High);
+}
+
+template <bool High>
+void RunningWindow::RankSplit::sift_down(std::vector<Node>& heap, std::size_t i, Node x) {
+  const std::size_t n = heap.size();
+  for (;;) {
+    const std::size_t first = arity * i + 1;
+    if (first >= n) break;
+    std::size_t best = first;
+    if (first + arity <= n) {
+      // All four children: a tournament (two independent comparisons, then
+      // one), selected without branches.
+      const std::size_t a = above<High>(heap[first + 1], heap[first]) ? first + 1 : first;
+      const std::size_t b = above<High>(heap[first + 3], heap[first + 2]) ? first + 3 : first + 2;
+      best = above<High>(heap[b], heap[a]) ? b : a;
+    } else {
+      for (std::size_t c = first + 1; c < n; ++c)
+        if (above<High>(heap[c], heap[best])) best = c;
+    }
+    if (!above<High>(heap[best], x)) break;
+    heap[i] = heap[best];
+    place(heap[i], i, High);
+    i = best;
   }
-  double* vals = block(i);
-  double* pos = vals + bound<true>(vals, count[i], v);
-  std::copy_backward(pos, vals + count[i], vals + count[i] + 1);
-  *pos = v;
-  ++count[i];
-  last[i] = vals[count[i] - 1];
+  heap[i] = x;
+  place(x, i, High);
 }
 
-void RunningWindow::Sorted::drop(std::size_t i) {
-  free.push_back(order[i]);
-  order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
-  count.erase(count.begin() + static_cast<std::ptrdiff_t>(i));
-  last.erase(last.begin() + static_cast<std::ptrdiff_t>(i));
+template <bool High>
+void RunningWindow::RankSplit::erase_at(std::vector<Node>& heap, std::size_t i) {
+  const Node x = heap.back();
+  heap.pop_back();
+  if (i == heap.size()) return;  // it was the last node
+  // The last node fills the hole: up if it belongs above the hole's parent.
+  if (i > 0 && above<High>(x, heap[(i - 1) / arity])) sift_up<High>(heap, i, x);
+  else sift_down<High>(heap, i, x);
 }
 
-void RunningWindow::Sorted::merge_into(std::size_t i) {
-  const double* from = block(i + 1);
-  std::copy(from, from + count[i + 1], block(i) + count[i]);
-  count[i] += count[i + 1];
-  last[i] = last[i + 1];
-  count[i + 1] = 0;
-  drop(i + 1);
-}
-
-void RunningWindow::Sorted::erase(double v) {
-  // The first block that can hold v, then the oldest value with v's bits
-  // (ties are in insertion order; only +-0 differ in bits among equals).
-  std::size_t i = bound<false>(last.data(), last.size(), v);
-  std::uint32_t at = 0;
-  for (; i < order.size(); ++i) {
-    const double* vals = block(i);
-    at = static_cast<std::uint32_t>(bound<false>(vals, count[i], v));
-    while (at < count[i] && vals[at] == v && !same_bits(vals[at], v)) ++at;
-    if (at < count[i]) break;
+template <bool High>
+RunningWindow::RankSplit::Node RunningWindow::RankSplit::pop_top(std::vector<Node>& heap) {
+  const Node top = heap[0];
+  const Node x = heap.back();
+  heap.pop_back();
+  const std::size_t n = heap.size();
+  if (n == 0) return top;
+  // Floyd's pop: the hole at the root moves down to the better child to
+  // the bottom (the last node, which fills it, almost always belongs near
+  // the bottom), then that node rises from there: no comparison with it on
+  // the way down.
+  Node* a = heap.data();
+  std::size_t i = 0;
+  for (;;) {
+    const std::size_t first = arity * i + 1;
+    if (first + arity > n) {
+      if (first < n) {
+        std::size_t best = first;
+        for (std::size_t c = first + 1; c < n; ++c)
+          if (above<High>(a[c], a[best])) best = c;
+        a[i] = a[best];
+        place(a[i], i, High);
+        i = best;
+      }
+      break;
+    }
+    // The grandchildren, while the children are compared: the next level's
+    // loads are the path's latency (a long window's lower levels are beyond L1).
+    const std::size_t grand = arity * first + 1;
+    if (grand < n) {
+      const char* g = reinterpret_cast<const char*>(a + grand);
+      for (std::size_t b = 0; b < arity * arity * sizeof(Node); b += 64) __builtin_prefetch(g + b);
+    }
+    // A tournament (two independent comparisons, then one), without branches.
+    const std::size_t l = above<High>(a[first + 1], a[first]) ? first + 1 : first;
+    const std::size_t r = above<High>(a[first + 3], a[first + 2]) ? first + 3 : first + 2;
+    const std::size_t best = above<High>(a[r], a[l]) ? r : l;
+    a[i] = a[best];
+    place(a[i], i, High);
+    i = best;
   }
-  if (i == order.size() || !same_bits(block(i)[at], v)) return;  // not held: cannot happen
-  double* vals = block(i);
-  std::copy(vals + at + 1, vals + count[i], vals + at);
-  --count[i];
-  --n;
-  if (count[i] == 0) {
-    drop(i);
-    return;
-  }
-  last[i] = vals[count[i] - 1];
-  // Keep every two neighbours above half a block (this bounds the blocks).
-  if (i > 0 && count[i - 1] + count[i] <= cap / 2) merge_into(--i);
-  if (i + 1 < order.size() && count[i] + count[i + 1] <= cap / 2) merge_into(i);
+  sift_up<High>(heap, i, x);
+  return top;
 }
 
-std::pair<std::size_t, std::uint32_t> RunningWindow::Sorted::locate(std::uint32_t r) const {
-  // From whichever end is nearer.
-  if (r < n / 2) {
-    std::size_t i = 0;
-    while (r >= count[i]) r -= count[i++];
-    return {i, r};
-  }
-  std::uint32_t above = n - 1 - r;  // values above rank r
-  std::size_t i = order.size() - 1;
-  while (above >= count[i]) above -= count[i--];
-  return {i, count[i] - 1 - above};
+void RunningWindow::RankSplit::insert(double v, std::uint64_t k) {
+  const Node x{order_key(v), k};
+  if (!low.empty() && before(x, low[0])) push<false>(low, x);
+  else push<true>(high, x);
 }
 
-double RunningWindow::Sorted::quantile(double q) const {
-  // stdlib's quantile_of: linear interpolation between closest ranks.
+void RunningWindow::RankSplit::erase(std::uint64_t k) {
+  const std::uint32_t w = where[k & mask];
+  const std::size_t i = w & ~in_high;
+  if ((w & in_high) != 0) erase_at<true>(high, i);
+  else erase_at<false>(low, i);
+}
+
+void RunningWindow::RankSplit::split_at(std::size_t n_low) {
+  while (low.size() > n_low) push<true>(high, pop_top<false>(low));
+  while (low.size() < n_low && !high.empty()) push<false>(low, pop_top<true>(high));
+}
+
+double RunningWindow::RankSplit::quantile(double q, const History& h) {
+  const std::size_t n = size();
   if (n == 0 || std::isnan(q) || q < 0 || q > 1) return nan;
-  const double h = (static_cast<double>(n) - 1) * q;
-  const auto lo = static_cast<std::uint32_t>(std::floor(h));
-  const auto [i, at] = locate(lo);
-  const double at_lo = block(i)[at];
-  if (lo + 1 >= n || h == static_cast<double>(lo)) return at_lo;
-  const double next = at + 1 < count[i] ? block(i)[at + 1] : block(i + 1)[0];
-  return at_lo + (h - static_cast<double>(lo)) * (next - at_lo);
+  const double at = (static_cast<double>(n) - 1) * q;
+  const auto lo = static_cast<std::size_t>(std::floor(at));
+  split_at(lo + 1);
+  // A zero's key does not say which zero: its sample does.
+  auto value = [&](const Node& x) { return x.key == order_key(0.0) ? h.value[h.phys(x.k)] : key_value(x.key); };
+  const double at_lo = value(low[0]);
+  if (lo + 1 >= n || at == static_cast<double>(lo)) return at_lo;
+  return at_lo + (at - static_cast<double>(lo)) * (value(high[0]) - at_lo);
 }
 
 // ---- RunningWindow ------------------------------------------------------------
@@ -564,8 +582,9 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
     s.track(kind == RunKind::sum || kind == RunKind::mean);
   }
   deque_.clear();
-  // The pool keeps its capacity: clear() then re-inserting allocates nothing.
-  sorted_.clear();
+  // The heaps keep their capacity: clear() then re-inserting allocates nothing.
+  for (auto& s : split_) s.clear();
+  reserve_splits(kind, hi - lo, hi - lo);
   for (std::uint64_t k = lo; k < hi; ++k) move<true>(kind, h, k);
 }
 
@@ -612,9 +631,14 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
       break;  // deques expire lazily
     case RunKind::median:
     case RunKind::quantile:
+      if constexpr (Add) split_[0].insert(v, k);
+      else split_[0].erase(k);
+      break;
     case RunKind::iqr_outlier:
-      if constexpr (Add) sorted_.insert(v);
-      else sorted_.erase(v);
+      for (auto& s : split_) {
+        if constexpr (Add) s.insert(v, k);
+        else s.erase(k);
+      }
       break;
     case RunKind::sum:
     case RunKind::mean:
@@ -659,6 +683,8 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       recentre) {
     rebuild(kind, h, lo, end);
   } else {
+    // Samples are added before the old ones leave: room for both.
+    if (end > hi_) reserve_splits(kind, sorted_values() + (end - hi_), end - lo_);
     for (std::uint64_t k = hi_; k < end; ++k) move<true>(kind, h, k);
     for (std::uint64_t k = lo_; k < lo; ++k) move<false>(kind, h, k);
     removed_ += lo - lo_;
@@ -689,9 +715,9 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       const double var = variance_of(sums_[0], sums_[1], n, vchange_ <= lo_);
       return kind == RunKind::var ? var : std::sqrt(var);
     }
-    case RunKind::median: return nans_ ? nan : sorted_.quantile(0.5);
+    case RunKind::median: return nans_ ? nan : split_[0].quantile(0.5, h);
     case RunKind::quantile:
-      return nans_ ? nan : sorted_.quantile(consts[0]);
+      return nans_ ? nan : split_[0].quantile(consts[0], h);
     case RunKind::delta:
       if (nans_) return nan;
       return newest() - h.value[h.phys(lo_)];
@@ -716,7 +742,7 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     case RunKind::iqr_outlier: {
       const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
-      const double q1 = sorted_.quantile(0.25), q3 = sorted_.quantile(0.75);
+      const double q1 = split_[0].quantile(0.25, h), q3 = split_[1].quantile(0.75, h);
       const double iqr = q3 - q1;
       return (latest < q1 - consts[0] * iqr || latest > q3 + consts[0] * iqr) ? 1 : 0;
     }

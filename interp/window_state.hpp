@@ -7,7 +7,7 @@
 // reader for the window's bounds; advance() adds the samples that entered
 // and removes the ones that left, so a sliding window costs O(1) amortised
 // per sample (sums, counts, monotonic deques) or O(log W) (the order
-// statistic blocks of median/quantile).
+// statistic heaps of median/quantile).
 //
 // Exactness, and why there is no drift: sums are kept in ExactSum, a fixed
 // point accumulator wide enough for every double, so adding and removing
@@ -127,6 +127,13 @@ class ExactSum {
 /// the same: min/max/quantiles/counts; or the window holds a special sample).
 std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w);
 
+/// A value in an order statistic: (value, sample number), compared as one
+/// 128-bit number.
+struct OrderNode {
+  std::uint64_t key;  // the value's bits as an unsigned order (both zeros as +0)
+  std::uint64_t k;    // sample number
+};
+
 /// The running state of one range function over one history.
 class RunningWindow {
  public:
@@ -156,43 +163,71 @@ class RunningWindow {
     void push(double v, std::uint64_t k, bool want_max);
     void expire(std::uint64_t lo);
   };
-  /// The window's values (NaN aside) as a sorted sequence cut into blocks of
-  /// at most `cap` values: an insertion or removal binary-searches the
-  /// blocks' largest values, then moves at most `cap` values in one block;
-  /// a rank is found by summing block counts. O(W / cap + cap) per sample
-  /// with small constants, cache friendly (the treap it replaces missed the
-  /// cache at every level). Ties keep insertion order and a removal takes
-  /// the oldest value with the same bits, so the order is (value, sample
-  /// number) and kth() is a function of the window alone. Blocks split when
-  /// full and merge while two neighbours fit in half a block, so there are
-  /// at most 4 n / cap + 1; storage for that many is reserved as the window
-  /// first reaches each size (no allocation once it stops growing).
-  struct Sorted {
-    static constexpr std::uint32_t cap = 128;
-    std::vector<double> data;          // physical block b: data[b * cap, b * cap + cap)
-    std::vector<std::uint32_t> order;  // physical blocks in value order
-    std::vector<std::uint32_t> count;  // per block in value order: values held
-    std::vector<double> last;          // per block in value order: its largest value
-    std::vector<std::uint32_t> free;   // unused physical blocks
-    std::uint32_t n = 0, reserved = 0;
-    void clear();
-    void insert(double v);
-    void erase(double v);
-    [[nodiscard]] double quantile(double q) const;
+  /// One order statistic of the window (NaN aside), split at a rank r: a
+  /// max-heap of the r + 1 lowest values and a min-heap of the others, so
+  /// rank r and r + 1 (a quantile's interpolation) are the two tops. The
+  /// order is (value, sample number): ties keep insertion order, +0 and -0
+  /// are equal values, so a rank is a function of the window alone. Each
+  /// sample's heap position is kept in a ring indexed by its sample number,
+  /// so a removal needs no search. Both heaps are 4-ary (half the depth of
+  /// a binary heap, siblings adjacent). Costs: an insertion or removal is
+  /// O(1) expected on values that do not trend (a new value settles near
+  /// the bottom; the one replacing a removed node comes from the bottom),
+  /// O(log W) at worst; moving the split by one (the two sides got a value
+  /// each, or the rank moved) is one pop and one push, O(log W). Both heaps
+  /// and the ring are reserved for the whole window as it first reaches each
+  /// size (no allocation once it stops growing).
+  struct RankSplit {
+    using Node = OrderNode;
+    std::vector<Node> low, high;       // low: max-heap; high: min-heap
+    std::vector<std::uint32_t> where;  // per sample (k & mask): heap index | in_high
+    std::uint64_t mask = 0;
+    static constexpr std::uint32_t in_high = 0x80000000U;
+    void clear() {
+      low.clear();
+      high.clear();
+    }
+    [[nodiscard]] std::size_t size() const { return low.size() + high.size(); }
+    /// Room for `values` values whose sample numbers span `span`.
+    void reserve(std::size_t values, std::uint64_t span);
+    void insert(double v, std::uint64_t k);
+    /// Removes sample k (held: its value is not NaN).
+    void erase(std::uint64_t k);
+    /// Moves tops across until the max-heap holds `n_low` values.
+    void split_at(std::size_t n_low);
+    /// stdlib's quantile_of (linear interpolation between closest ranks);
+    /// `h` gives a zero its sign (the value of its sample).
+    [[nodiscard]] double quantile(double q, const History& h);
 
    private:
-    double* block(std::size_t i) { return &data[std::size_t{order[i]} * cap]; }
-    [[nodiscard]] const double* block(std::size_t i) const {
-      return &data[std::size_t{order[i]} * cap];
+    template <bool High>
+    void sift_up(std::vector<Node>& heap, std::size_t i, Node x);
+    template <bool High>
+    void sift_down(std::vector<Node>& heap, std::size_t i, Node x);
+    template <bool High>
+    void erase_at(std::vector<Node>& heap, std::size_t i);
+    template <bool High>
+    Node pop_top(std::vector<Node>& heap);
+    template <bool High>
+    void push(std::vector<Node>& heap, Node x) {
+      heap.emplace_back();
+      sift_up<High>(heap, heap.size() - 1, x);
     }
-    void reserve_for(std::uint32_t values);
-    void drop(std::size_t i);        // removes empty block i
-    void merge_into(std::size_t i);  // appends block i + 1 to block i
-    /// Block and offset of the value of rank r (0-based, r < n).
-    [[nodiscard]] std::pair<std::size_t, std::uint32_t> locate(std::uint32_t r) const;
+    void place(Node x, std::size_t i, bool high) {
+      where[x.k & mask] = static_cast<std::uint32_t>(i) | (high ? in_high : 0);
+    }
   };
 
   void rebuild(RunKind kind, const History& h, std::uint64_t lo, std::uint64_t hi);
+  /// Values held by the order statistics (NaN aside).
+  [[nodiscard]] std::size_t sorted_values() const { return split_[0].size(); }
+  /// Room in the order statistics of `kind` (if any) for `values` values
+  /// spanning `span` sample numbers.
+  void reserve_splits(RunKind kind, std::size_t values, std::uint64_t span) {
+    if (kind == RunKind::median || kind == RunKind::quantile || kind == RunKind::iqr_outlier)
+      split_[0].reserve(values, span);
+    if (kind == RunKind::iqr_outlier) split_[1].reserve(values, span);
+  }
   /// Adds (Add) or removes sample k: one template, as both touch the same
   /// counts and sums with opposite signs.
   template <bool Add>
@@ -211,7 +246,7 @@ class RunningWindow {
   __int128 sd_ = 0, sdd_ = 0;
   std::vector<ExactSum> sums_;  // per kind: see window_state.cpp
   Deque deque_;
-  Sorted sorted_;
+  RankSplit split_[2];  // median/quantile: [0]; iqr_outlier: q1 [0], q3 [1]
 };
 
 }  // namespace vigil::interp

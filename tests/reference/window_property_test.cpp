@@ -353,14 +353,14 @@ double sorted_quantile(std::vector<double> v, double q) {
   return v[lo] + (h - static_cast<double>(lo)) * (v[lo + 1] - v[lo]);
 }
 
-// The order-statistic blocks of median/quantile/iqr_outlier
-// (RunningWindow::Sorted) driven directly: windows of up to 3000 samples
-// (dozens of blocks that split and merge) that slide by random amounts,
+// The order statistics of median/quantile/iqr_outlier (RunningWindow::RankSplit:
+// two heaps split at the quantile's rank) driven directly: windows of up to
+// 3000 samples (the rank's split moved, the position ring regrown) that slide by random amounts,
 // change length, jump and move back (rebuilds), over values with many
 // ties, both zeros and both infinities, sometimes NaN. Every value must be
 // bit-identical to a stable sort of the window, and equal to the registry's
 // kernel.
-RC_GTEST_PROP(OrderStatistics, SortedBlocksMatchASortOfTheWindow, ()) {
+RC_GTEST_PROP(OrderStatistics, RankSplitMatchesASortOfTheWindow, ()) {
   using vigil::interp::RunKind;
   const auto kind = *rc::gen::elementOf(
       std::vector<RunKind>{RunKind::median, RunKind::quantile, RunKind::iqr_outlier});
