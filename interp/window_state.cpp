@@ -687,6 +687,10 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     if (end > hi_) reserve_splits(kind, sorted_values() + (end - hi_), end - lo_);
     for (std::uint64_t k = hi_; k < end; ++k) move<true>(kind, h, k);
     for (std::uint64_t k = lo_; k < lo; ++k) move<false>(kind, h, k);
+    // The samples that leave next, a few lines ahead: the oldest end of a
+    // long window is touched once per line of samples, seldom enough (a
+    // trace reader streaming in between) to have left the cache.
+    if (lo > lo_ && lo + 16 < end) __builtin_prefetch(&h.value[h.phys(lo + 16)]);
     removed_ += lo - lo_;
     lo_ = lo;
     if (kind == RunKind::min || kind == RunKind::max) deque_.expire(lo);
