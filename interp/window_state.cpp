@@ -137,18 +137,24 @@ namespace {
 
 /// The population variance, from Σx and Σx² (exact); 0 when all
 /// samples are equal, as Welford gives.
+double variance_of(DoubleDouble sx, ExactSum& sxx, double n, bool all_equal) {
+  if (all_equal) return 0;
+  const DoubleDouble m2 = centred(sxx.value_dd(), sx, n);
+  return std::max(0.0, m2.hi + m2.lo) / n;
+}
 double variance_of(ExactSum& sx, ExactSum& sxx, double n, bool all_equal) {
   if (all_equal) return 0;
-  const DoubleDouble m2 = centred(sxx.value_dd(), sx.value_dd(), n);
-  return std::max(0.0, m2.hi + m2.lo) / n;
+  return variance_of(sx.value_dd(), sxx, n, all_equal);
 }
 
 /// zscore from the exact sums of the window without its latest sample.
 double zscore_of(ExactSum& sx, ExactSum& sxx, double n, bool all_equal, double latest) {
   // latest - mean as (n * latest - Σx) / n in double-double: a latest
   // sample close to a large mean keeps its digits.
-  const DoubleDouble diff = dd_div(dd_sub(two_prod(latest, n), sx.value_dd()), n);
-  return standardised(diff.hi + diff.lo, std::sqrt(variance_of(sx, sxx, n, all_equal)));
+  // Σx read once (reading the digits is most of the cost).
+  const DoubleDouble sum = sx.value_dd();
+  const DoubleDouble diff = dd_div(dd_sub(two_prod(latest, n), sum), n);
+  return standardised(diff.hi + diff.lo, std::sqrt(variance_of(sum, sxx, n, all_equal)));
 }
 
 /// slope from exact Σd, Σd² (d = step - origin), Σy and Σd·y.
