@@ -428,69 +428,28 @@ bool above(const Node& a, const Node& b) {
 }
 
 constexpr std::size_t arity = 4;
+/// Dead nodes a heap may hold beyond as many as its live ones.
+constexpr std::size_t trim_slack = 64;
 
 }  // namespace
 
-void RunningWindow::RankSplit::reserve(std::size_t values, std::uint64_t span) {
-  // Each heap may hold the whole window (all values on one side while the
-  // split is moved): reserving that here keeps sliding allocation-free.
-  if (low.capacity() < values) low.reserve(std::max(values, 2 * low.capacity()));
-  if (high.capacity() < values) high.reserve(std::max(values, 2 * high.capacity()));
-  if (span > where.size()) {
-    where.assign(std::bit_ceil(std::max<std::uint64_t>(span, 64)), 0);
-    mask = where.size() - 1;
-    for (std::size_t i = 0; i < low.size(); ++i) place(low[i], i, false);
-    for (std::size_t i = 0; i < high.size(); ++i) place(high[i], i, true);
-  }
+void RunningWindow::RankSplit::reserve(std::size_t values) {
+  // A heap holds at most twice its live nodes plus a slack (trim), and
+  // either may hold the whole window while the split is moved.
+  const std::size_t want = 2 * values + 2 * trim_slack;
+  if (low.capacity() < want) low.reserve(std::max(want, 2 * low.capacity()));
+  if (high.capacity() < want) high.reserve(std::max(want, 2 * high.capacity()));
 }
 
 template <bool High>
-void RunningWindow::RankSplit::sift_up(std::vector<Node>& heap, std::size_t i, Node x) {
+void RunningWindow::RankSplit::sift_up(Node* heap, std::size_t i, Node x) {
   while (i > 0) {
     const std::size_t parent = (i - 1) / arity;
     if (!above<High>(x, heap[parent])) break;
     heap[i] = heap[parent];
-    place(heap[i], i, High);
     i = parent;
   }
   heap[i] = x;
-  place(x, i, High);
-}
-
-template <bool High>
-void RunningWindow::RankSplit::sift_down(std::vector<Node>& heap, std::size_t i, Node x) {
-  const std::size_t n = heap.size();
-  for (;;) {
-    const std::size_t first = arity * i + 1;
-    if (first >= n) break;
-    std::size_t best = first;
-    if (first + arity <= n) {
-      // All four children: a tournament (two independent comparisons, then
-      // one), selected without branches.
-      const std::size_t a = above<High>(heap[first + 1], heap[first]) ? first + 1 : first;
-      const std::size_t b = above<High>(heap[first + 3], heap[first + 2]) ? first + 3 : first + 2;
-      best = above<High>(heap[b], heap[a]) ? b : a;
-    } else {
-      for (std::size_t c = first + 1; c < n; ++c)
-        if (above<High>(heap[c], heap[best])) best = c;
-    }
-    if (!above<High>(heap[best], x)) break;
-    heap[i] = heap[best];
-    place(heap[i], i, High);
-    i = best;
-  }
-  heap[i] = x;
-  place(x, i, High);
-}
-
-template <bool High>
-void RunningWindow::RankSplit::erase_at(std::vector<Node>& heap, std::size_t i) {
-  const Node x = heap.back();
-  heap.pop_back();
-  if (i == heap.size()) return;  // it was the last node
-  // The last node fills the hole: up if it belongs above the hole's parent.
-  if (i > 0 && above<High>(x, heap[(i - 1) / arity])) sift_up<High>(heap, i, x);
-  else sift_down<High>(heap, i, x);
 }
 
 template <bool High>
@@ -514,7 +473,6 @@ RunningWindow::RankSplit::Node RunningWindow::RankSplit::pop_top(std::vector<Nod
         for (std::size_t c = first + 1; c < n; ++c)
           if (above<High>(a[c], a[best])) best = c;
         a[i] = a[best];
-        place(a[i], i, High);
         i = best;
       }
       break;
@@ -531,42 +489,93 @@ RunningWindow::RankSplit::Node RunningWindow::RankSplit::pop_top(std::vector<Nod
     const std::size_t r = above<High>(a[first + 3], a[first + 2]) ? first + 3 : first + 2;
     const std::size_t best = above<High>(a[r], a[l]) ? r : l;
     a[i] = a[best];
-    place(a[i], i, High);
     i = best;
   }
-  sift_up<High>(heap, i, x);
+  sift_up<High>(a, i, x);
   return top;
+}
+
+template <bool High>
+void RunningWindow::RankSplit::trim(std::vector<Node>& heap, std::size_t live, std::uint64_t lo) {
+  if (heap.size() <= 2 * live + trim_slack) return;
+  // Keep the live nodes, then heapify bottom-up (Floyd): O(n).
+  heap.erase(std::remove_if(heap.begin(), heap.end(), [lo](const Node& x) { return x.k < lo; }),
+             heap.end());
+  Node* a = heap.data();
+  const std::size_t n = heap.size();
+  for (std::size_t i = n > 1 ? (n - 2) / arity + 1 : 0; i-- > 0;) {
+    const Node x = a[i];
+    std::size_t at = i;
+    for (;;) {
+      const std::size_t first = arity * at + 1;
+      if (first >= n) break;
+      std::size_t best = first;
+      for (std::size_t c = first + 1; c < std::min(n, first + arity); ++c)
+        if (above<High>(a[c], a[best])) best = c;
+      if (!above<High>(a[best], x)) break;
+      a[at] = a[best];
+      at = best;
+    }
+    a[at] = x;
+  }
 }
 
 void RunningWindow::RankSplit::insert(double v, std::uint64_t k) {
   const Node x{order_key(v), k};
-  if (!low.empty() && before(x, low[0])) push<false>(low, x);
-  else push<true>(high, x);
+  if (!low.empty() && before(x, low[0])) {
+    push<false>(low, x);
+    ++live_low;
+  } else {
+    push<true>(high, x);
+    ++live_high;
+  }
 }
 
-void RunningWindow::RankSplit::erase(std::uint64_t k) {
-  const std::uint32_t w = where[k & mask];
-  const std::size_t i = w & ~in_high;
-  if ((w & in_high) != 0) erase_at<true>(high, i);
-  else erase_at<false>(low, i);
+void RunningWindow::RankSplit::erase(double v, std::uint64_t k, std::uint64_t lo) {
+  // In the max-heap exactly when not above its top (which may be dead: it
+  // still separates the heaps).
+  const Node x{order_key(v), k};
+  if (!low.empty() && !before(low[0], x)) {
+    --live_low;
+    trim<false>(low, live_low, lo);
+  } else {
+    --live_high;
+    trim<true>(high, live_high, lo);
+  }
 }
 
-void RunningWindow::RankSplit::split_at(std::size_t n_low) {
-  while (low.size() > n_low) push<true>(high, pop_top<false>(low));
-  while (low.size() < n_low && !high.empty()) push<false>(low, pop_top<true>(high));
+void RunningWindow::RankSplit::settle(std::uint64_t lo) {
+  while (!low.empty() && low[0].k < lo) pop_top<false>(low);
+  while (!high.empty() && high[0].k < lo) pop_top<true>(high);
 }
 
-double RunningWindow::RankSplit::quantile(double q, const History& h) {
+void RunningWindow::RankSplit::split_at(std::size_t n_low, std::uint64_t lo) {
+  settle(lo);
+  while (live_low > n_low) {
+    push<true>(high, pop_top<false>(low));
+    --live_low;
+    ++live_high;
+    settle(lo);
+  }
+  while (live_low < n_low && live_high > 0) {
+    push<false>(low, pop_top<true>(high));
+    ++live_low;
+    --live_high;
+    settle(lo);
+  }
+}
+
+double RunningWindow::RankSplit::quantile(double q, std::uint64_t lo, const History& h) {
   const std::size_t n = size();
   if (n == 0 || std::isnan(q) || q < 0 || q > 1) return nan;
   const double at = (static_cast<double>(n) - 1) * q;
-  const auto lo = static_cast<std::size_t>(std::floor(at));
-  split_at(lo + 1);
+  const auto r = static_cast<std::size_t>(std::floor(at));
+  split_at(r + 1, lo);
   // A zero's key does not say which zero: its sample does.
   auto value = [&](const Node& x) { return x.key == order_key(0.0) ? h.value[h.phys(x.k)] : key_value(x.key); };
-  const double at_lo = value(low[0]);
-  if (lo + 1 >= n || at == static_cast<double>(lo)) return at_lo;
-  return at_lo + (at - static_cast<double>(lo)) * (value(high[0]) - at_lo);
+  const double at_r = value(low[0]);
+  if (r + 1 >= n || at == static_cast<double>(r)) return at_r;
+  return at_r + (at - static_cast<double>(r)) * (value(high[0]) - at_r);
 }
 
 // ---- RunningWindow ------------------------------------------------------------
@@ -590,7 +599,7 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
   deque_.clear();
   // The heaps keep their capacity: clear() then re-inserting allocates nothing.
   for (auto& s : split_) s.clear();
-  reserve_splits(kind, hi - lo, hi - lo);
+  reserve_splits(kind, hi - lo);
   for (std::uint64_t k = lo; k < hi; ++k) move<true>(kind, h, k);
 }
 
@@ -638,12 +647,12 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
     case RunKind::median:
     case RunKind::quantile:
       if constexpr (Add) split_[0].insert(v, k);
-      else split_[0].erase(k);
+      else split_[0].erase(v, k, lo_);
       break;
     case RunKind::iqr_outlier:
       for (auto& s : split_) {
         if constexpr (Add) s.insert(v, k);
-        else s.erase(k);
+        else s.erase(v, k, lo_);
       }
       break;
     case RunKind::sum:
@@ -690,7 +699,7 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     rebuild(kind, h, lo, end);
   } else {
     // Samples are added before the old ones leave: room for both.
-    if (end > hi_) reserve_splits(kind, sorted_values() + (end - hi_), end - lo_);
+    if (end > hi_) reserve_splits(kind, sorted_values() + (end - hi_));
     for (std::uint64_t k = hi_; k < end; ++k) move<true>(kind, h, k);
     for (std::uint64_t k = lo_; k < lo; ++k) move<false>(kind, h, k);
     // The samples that leave next, a few lines ahead: the oldest end of a
@@ -725,9 +734,9 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       const double var = variance_of(sums_[0], sums_[1], n, vchange_ <= lo_);
       return kind == RunKind::var ? var : std::sqrt(var);
     }
-    case RunKind::median: return nans_ ? nan : split_[0].quantile(0.5, h);
+    case RunKind::median: return nans_ ? nan : split_[0].quantile(0.5, lo_, h);
     case RunKind::quantile:
-      return nans_ ? nan : split_[0].quantile(consts[0], h);
+      return nans_ ? nan : split_[0].quantile(consts[0], lo_, h);
     case RunKind::delta:
       if (nans_) return nan;
       return newest() - h.value[h.phys(lo_)];
@@ -752,7 +761,7 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     case RunKind::iqr_outlier: {
       const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
-      const double q1 = split_[0].quantile(0.25, h), q3 = split_[1].quantile(0.75, h);
+      const double q1 = split_[0].quantile(0.25, lo_, h), q3 = split_[1].quantile(0.75, lo_, h);
       const double iqr = q3 - q1;
       return (latest < q1 - consts[0] * iqr || latest > q3 + consts[0] * iqr) ? 1 : 0;
     }

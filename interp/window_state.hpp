@@ -167,66 +167,72 @@ class RunningWindow {
   /// max-heap of the r + 1 lowest values and a min-heap of the others, so
   /// rank r and r + 1 (a quantile's interpolation) are the two tops. The
   /// order is (value, sample number): ties keep insertion order, +0 and -0
-  /// are equal values, so a rank is a function of the window alone. Each
-  /// sample's heap position is kept in a ring indexed by its sample number,
-  /// so a removal needs no search. Both heaps are 4-ary (half the depth of
-  /// a binary heap, siblings adjacent). Costs: an insertion or removal is
-  /// O(1) expected on values that do not trend (a new value settles near
-  /// the bottom; the one replacing a removed node comes from the bottom),
-  /// O(log W) at worst; moving the split by one (the two sides got a value
-  /// each, or the rank moved) is one pop and one push, O(log W). Both heaps
-  /// and the ring are reserved for the whole window as it first reaches each
-  /// size (no allocation once it stops growing).
+  /// are equal values, so a rank is a function of the window alone.
+  ///
+  /// Removal is lazy. Samples leave a running window oldest first, so a
+  /// node is dead exactly when its sample number is below the window's
+  /// first (`lo`): a removal only tells the heap it was in (every node of
+  /// the max-heap is below every node of the min-heap, dead or alive, so
+  /// its top tells) to count one live node less, and dead nodes are dropped
+  /// when they reach a top, or all at once when a heap holds more dead than
+  /// live nodes (O(n) then, amortised O(1) per removal). Nodes never need
+  /// their position tracked, so moving one is a plain copy.
+  ///
+  /// Both heaps are 4-ary (half the depth of a binary heap, siblings
+  /// adjacent). Costs: an insertion is O(1) expected on values that do not
+  /// trend (a new value settles near the bottom), O(log W) at worst; a
+  /// removal O(1) amortised; moving the split by one (the two sides got a
+  /// value each, or the rank moved) one pop and one push, O(log W). Each
+  /// heap is reserved for twice the window as it first reaches each size
+  /// (no allocation once it stops growing).
   struct RankSplit {
     using Node = OrderNode;
-    std::vector<Node> low, high;       // low: max-heap; high: min-heap
-    std::vector<std::uint32_t> where;  // per sample (k & mask): heap index | in_high
-    std::uint64_t mask = 0;
-    static constexpr std::uint32_t in_high = 0x80000000U;
+    std::vector<Node> low, high;  // low: max-heap; high: min-heap (live and dead nodes)
+    std::size_t live_low = 0, live_high = 0;
     void clear() {
       low.clear();
       high.clear();
+      live_low = live_high = 0;
     }
-    [[nodiscard]] std::size_t size() const { return low.size() + high.size(); }
-    /// Room for `values` values whose sample numbers span `span`.
-    void reserve(std::size_t values, std::uint64_t span);
+    [[nodiscard]] std::size_t size() const { return live_low + live_high; }
+    /// Room for a window of `values` values.
+    void reserve(std::size_t values);
     void insert(double v, std::uint64_t k);
-    /// Removes sample k (held: its value is not NaN).
-    void erase(std::uint64_t k);
-    /// Moves tops across until the max-heap holds `n_low` values.
-    void split_at(std::size_t n_low);
-    /// stdlib's quantile_of (linear interpolation between closest ranks);
-    /// `h` gives a zero its sign (the value of its sample).
-    [[nodiscard]] double quantile(double q, const History& h);
+    /// Sample k, of value v, left the window; `lo`: the window's first sample now.
+    void erase(double v, std::uint64_t k, std::uint64_t lo);
+    /// stdlib's quantile_of (linear interpolation between closest ranks)
+    /// over the live nodes (sample numbers from `lo`); `h` gives a zero its
+    /// sign (the value of its sample).
+    [[nodiscard]] double quantile(double q, std::uint64_t lo, const History& h);
 
    private:
+    /// Moves live tops across until the max-heap holds `n_low` live values;
+    /// both tops are live after it.
+    void split_at(std::size_t n_low, std::uint64_t lo);
+    /// Drops dead tops.
+    void settle(std::uint64_t lo);
+    /// Drops every dead node of `heap` when they outnumber its live ones.
     template <bool High>
-    void sift_up(std::vector<Node>& heap, std::size_t i, Node x);
+    void trim(std::vector<Node>& heap, std::size_t live, std::uint64_t lo);
     template <bool High>
-    void sift_down(std::vector<Node>& heap, std::size_t i, Node x);
+    static void sift_up(Node* heap, std::size_t i, Node x);
     template <bool High>
-    void erase_at(std::vector<Node>& heap, std::size_t i);
+    static Node pop_top(std::vector<Node>& heap);
     template <bool High>
-    Node pop_top(std::vector<Node>& heap);
-    template <bool High>
-    void push(std::vector<Node>& heap, Node x) {
+    static void push(std::vector<Node>& heap, Node x) {
       heap.emplace_back();
-      sift_up<High>(heap, heap.size() - 1, x);
-    }
-    void place(Node x, std::size_t i, bool high) {
-      where[x.k & mask] = static_cast<std::uint32_t>(i) | (high ? in_high : 0);
+      sift_up<High>(heap.data(), heap.size() - 1, x);
     }
   };
 
   void rebuild(RunKind kind, const History& h, std::uint64_t lo, std::uint64_t hi);
   /// Values held by the order statistics (NaN aside).
   [[nodiscard]] std::size_t sorted_values() const { return split_[0].size(); }
-  /// Room in the order statistics of `kind` (if any) for `values` values
-  /// spanning `span` sample numbers.
-  void reserve_splits(RunKind kind, std::size_t values, std::uint64_t span) {
+  /// Room in the order statistics of `kind` (if any) for `values` values.
+  void reserve_splits(RunKind kind, std::size_t values) {
     if (kind == RunKind::median || kind == RunKind::quantile || kind == RunKind::iqr_outlier)
-      split_[0].reserve(values, span);
-    if (kind == RunKind::iqr_outlier) split_[1].reserve(values, span);
+      split_[0].reserve(values);
+    if (kind == RunKind::iqr_outlier) split_[1].reserve(values);
   }
   /// Adds (Add) or removes sample k: one template, as both touch the same
   /// counts and sums with opposite signs.
