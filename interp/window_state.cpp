@@ -72,13 +72,22 @@ DoubleDouble dd_sub(DoubleDouble a, DoubleDouble b) {
   s.lo += a.lo - b.lo;
   return fast_two_sum(s.hi, s.lo);
 }
-/// Σx² - (Σx)²/n: n times the population variance.
-DoubleDouble centred(DoubleDouble sxx, DoubleDouble sx, double n) {
-  return dd_sub(sxx, dd_div(dd_mul(sx, sx), n));
+/// a·n, n a positive integer below 2^53 (exact as a double).
+DoubleDouble dd_scale(DoubleDouble a, double n) {
+  DoubleDouble p = two_prod(a.hi, n);
+  p.lo += a.lo * n;
+  return fast_two_sum(p.hi, p.lo);
 }
-/// Σxy - Σx·Σy/n.
-DoubleDouble co_centred(DoubleDouble sxy, DoubleDouble sx, DoubleDouble sy, double n) {
-  return dd_sub(sxy, dd_div(dd_mul(sx, sy), n));
+/// n·Σxy - Σx·Σy: n² times the population covariance (variance: x = y),
+/// without a division (the read-outs' latency is mostly divisions).
+DoubleDouble n_co_centred(DoubleDouble sxy, DoubleDouble sx, DoubleDouble sy, double n) {
+  return dd_sub(dd_scale(sxy, n), dd_mul(sx, sy));
+}
+/// Σx² - Σx·(Σx/n): n times the population variance, for windows where
+/// n·Σx² would overflow (samples near 1e150 over more than ~13,000
+/// samples): the division first keeps every term within n·max x².
+DoubleDouble centred(DoubleDouble sxx, DoubleDouble sx, double n) {
+  return dd_sub(sxx, dd_mul(sx, dd_div(sx, n)));
 }
 
 /// Steps further than this from the origin step of a slope's window are
@@ -137,31 +146,44 @@ namespace {
 
 /// The population variance, from Σx and Σx² (exact); 0 when all
 /// samples are equal, as Welford gives.
-double variance_of(DoubleDouble sx, ExactSum& sxx, double n, bool all_equal) {
-  if (all_equal) return 0;
-  const DoubleDouble m2 = centred(sxx.value_dd(), sx, n);
-  return std::max(0.0, m2.hi + m2.lo) / n;
+/// n² times the population variance, n·Σx² - (Σx)², or nullopt when that
+/// overflows (samples near 1e150 in a long window).
+std::optional<double> n2_variance(DoubleDouble sx, DoubleDouble sxx, double n) {
+  const DoubleDouble m = n_co_centred(sxx, sx, sx, n);
+  if (!std::isfinite(m.hi)) return std::nullopt;
+  return std::max(0.0, m.hi + m.lo);
 }
+
 double variance_of(ExactSum& sx, ExactSum& sxx, double n, bool all_equal) {
   if (all_equal) return 0;
-  return variance_of(sx.value_dd(), sxx, n, all_equal);
+  const DoubleDouble s = sx.value_dd(), s2 = sxx.value_dd();
+  if (const auto m = n2_variance(s, s2, n)) return *m / (n * n);
+  const DoubleDouble m2 = centred(s2, s, n);
+  return std::max(0.0, m2.hi + m2.lo) / n;
 }
 
-/// zscore from the exact sums of the window without its latest sample.
+/// zscore from the exact sums of the window without its latest sample:
+/// (n·latest - Σx) / sqrt(n·Σx² - (Σx)²), both in double-double (a latest
+/// sample close to a large mean keeps its digits), one division and one
+/// square root.
 double zscore_of(ExactSum& sx, ExactSum& sxx, double n, bool all_equal, double latest) {
-  // latest - mean as (n * latest - Σx) / n in double-double: a latest
-  // sample close to a large mean keeps its digits.
-  // Σx read once (reading the digits is most of the cost).
-  const DoubleDouble sum = sx.value_dd();
-  const DoubleDouble diff = dd_div(dd_sub(two_prod(latest, n), sum), n);
-  return standardised(diff.hi + diff.lo, std::sqrt(variance_of(sum, sxx, n, all_equal)));
+  const DoubleDouble sum = sx.value_dd();  // read once: the digits are most of the cost
+  const DoubleDouble num = dd_sub(two_prod(latest, n), sum);
+  if (all_equal) return standardised(num.hi + num.lo, 0);
+  const DoubleDouble s2 = sxx.value_dd();
+  if (const auto m = n2_variance(sum, s2, n)) return standardised(num.hi + num.lo, std::sqrt(*m));
+  const DoubleDouble m2 = centred(s2, sum, n);
+  const DoubleDouble diff = dd_div(num, n);
+  return standardised(diff.hi + diff.lo, std::sqrt(std::max(0.0, m2.hi + m2.lo) / n));
 }
 
-/// slope from exact Σd, Σd² (d = step - origin), Σy and Σd·y.
+/// slope from exact Σd, Σd² (d = step - origin), Σy and Σd·y:
+/// (n·Σdy - Σd·Σy) / (n·Σd² - (Σd)²), the n's of the covariance and the
+/// variance cancelled (|d| < 2^40 and |y| <= 1e150: no overflow).
 double slope_of(__int128 sd, __int128 sdd, ExactSum& sy, ExactSum& sdy, double n) {
   const DoubleDouble d = dd_of(sd);
-  const DoubleDouble sxx = centred(dd_of(sdd), d, n);
-  const DoubleDouble sxy = co_centred(sdy.value_dd(), d, sy.value_dd(), n);
+  const DoubleDouble sxx = n_co_centred(dd_of(sdd), d, d, n);
+  const DoubleDouble sxy = n_co_centred(sdy.value_dd(), d, sy.value_dd(), n);
   return (sxy.hi + sxy.lo) / (sxx.hi + sxx.lo);
 }
 

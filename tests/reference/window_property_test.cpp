@@ -25,6 +25,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -515,6 +516,36 @@ TEST(RunningWindow, SumOfCancellingTermsStaysExact) {
       ASSERT_EQ(*fs[0].value, 1.0) << "at step " << i;
     }
   }
+}
+
+// var/std/zscore read n·Σx² - (Σx)² (no division before the last one); near
+// the overflow limit (samples of 8e149 and 9e149 over 20,000 samples: n·Σx²
+// is beyond 1.8e308) they fall back to Σx² - (Σx)²/n and stay right.
+TEST(RunningWindow, VarianceNearTheOverflowLimitFallsBack) {
+  constexpr int n = 20000;
+  auto compiled = vigil::compile_string(
+      "rule v: when var(x[20000]) == var(x[20000]) cooldown 1 samples do log\n"
+      "rule s: when std(x[20000]) == std(x[20000]) cooldown 1 samples do log\n"
+      "rule z: when zscore(x[20001]) == zscore(x[20001]) cooldown 1 samples do log\n",
+      "v.rules");
+  ASSERT_TRUE(compiled.ok());
+  vigil::EngineOptions options;
+  options.unbound = vigil::UnboundActions::record;
+  vigil::Engine engine(*compiled.program, options);
+  const auto x = *engine.series("x");
+  const double a = 9e149, b = 8e149;
+  std::map<std::string, double> last;
+  for (int i = 0; i < n + 1; ++i) {
+    const vigil::Sample smp{x, i % 2 == 0 ? a : b};
+    for (const auto& f : engine.observe(i, {&smp, 1})) last[f.rule_name()] = *f.value;
+  }
+  // The window of var/std: samples 1..20000, half a and half b; zscore's:
+  // the same less its latest (sample 20000, an a) against samples 0..19999.
+  const long double half = (static_cast<long double>(a) - b) / 2;
+  const double var = static_cast<double>(half * half);
+  EXPECT_NEAR(last["v"] / var, 1.0, 1e-12);
+  EXPECT_NEAR(last["s"] / std::sqrt(var), 1.0, 1e-12);
+  EXPECT_NEAR(last["z"], 1.0, 1e-9);  // a is one std above the mean of a and b
 }
 
 // Growth with the samples held: a window of ten million over a short trace
