@@ -571,16 +571,33 @@ void RunningWindow::RankSplit::settle(std::uint64_t lo) {
   while (!high.empty() && high[0].k < lo) pop_top<true>(high);
 }
 
+template <bool High>
+void RunningWindow::RankSplit::push_root(std::vector<Node>& heap, Node x) {
+  // x is above every node (it comes from the other heap's top): the path
+  // from the new leaf to the root moves down one level, no comparisons.
+  heap.emplace_back();
+  Node* a = heap.data();
+  std::size_t i = heap.size() - 1;
+  while (i > 0) {
+    const std::size_t parent = (i - 1) / arity;
+    a[i] = a[parent];
+    i = parent;
+  }
+  a[0] = x;
+}
+
 void RunningWindow::RankSplit::split_at(std::size_t n_low, std::uint64_t lo) {
+  // A top crossing over is beyond every node of the other heap (the max-heap's
+  // nodes are all below the min-heap's): it becomes that heap's root.
   settle(lo);
   while (live_low > n_low) {
-    push<true>(high, pop_top<false>(low));
+    push_root<true>(high, pop_top<false>(low));
     --live_low;
     ++live_high;
     settle(lo);
   }
   while (live_low < n_low && live_high > 0) {
-    push<false>(low, pop_top<true>(high));
+    push_root<false>(low, pop_top<true>(high));
     ++live_low;
     --live_high;
     settle(lo);

@@ -218,6 +218,9 @@ class RunningWindow {
     static void sift_up(Node* heap, std::size_t i, Node x);
     template <bool High>
     static Node pop_top(std::vector<Node>& heap);
+    /// Pushes x, which belongs above every node of `heap`.
+    template <bool High>
+    static void push_root(std::vector<Node>& heap, Node x);
     template <bool High>
     static void push(std::vector<Node>& heap, Node x) {
       heap.emplace_back();
