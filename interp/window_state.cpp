@@ -392,6 +392,45 @@ DoubleDouble ExactSum::value_dd() {
   return {-v.hi, -v.lo};
 }
 
+bool ExactSum::add_scaled(ExactSum& other, std::int64_t m) {
+  other.normalise();
+  if (other.hi_ < other.lo_ || m == 0) return true;
+  // |other| as non-negative normalised digits, its sign folded into m.
+  std::int64_t neg[digits];
+  const std::int64_t* src = other.d_;
+  int top = other.hi_;
+  if (other.d_[top] < 0) {
+    top = other.negated(neg);
+    src = neg;
+    m = -m;
+  }
+  if (top + 2 >= digits) return false;
+  const bool minus = m < 0;
+  const auto um = static_cast<std::uint64_t>(minus ? -m : m);  // < 2^40
+  for (int i = other.lo_; i <= top; ++i) {
+    // < 2^72: three digits, the top one below 2^8.
+    const unsigned __int128 p = static_cast<unsigned __int128>(um) * static_cast<std::uint64_t>(src[i]);
+    const auto d0 = static_cast<std::int64_t>(static_cast<std::uint64_t>(p) & 0xffffffffU);
+    const auto d1 = static_cast<std::int64_t>(static_cast<std::uint64_t>(p >> 32) & 0xffffffffU);
+    const auto d2 = static_cast<std::int64_t>(static_cast<std::uint64_t>(p >> 64));
+    if (minus) {
+      d_[i] -= d0;
+      d_[i + 1] -= d1;
+      d_[i + 2] -= d2;
+    } else {
+      d_[i] += d0;
+      d_[i + 1] += d1;
+      d_[i + 2] += d2;
+    }
+  }
+  lo_ = std::min(lo_, other.lo_);
+  hi_ = std::max(hi_, top + 2);
+  // Each digit moved by at most three terms below 2^32: three additions' worth.
+  ops_ += 3;
+  if (ops_ >= (1U << 30)) normalise();
+  return true;
+}
+
 // ---- Deque --------------------------------------------------------------------
 
 void RunningWindow::Deque::push(double v, std::uint64_t k, bool want_max) {
@@ -642,6 +681,27 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
   for (std::uint64_t k = lo; k < hi; ++k) move<true>(kind, h, k);
 }
 
+bool RunningWindow::recentre_slope(const History& h) {
+  // Sorted steps put every step of the window between its first and its
+  // newest; a wide sample is not in the sums (a rebuild re-counts them).
+  if (wide_ != 0 || !h.steps_sorted() || lo_ >= hi_) return false;
+  const std::int64_t k0 = h.step[h.phys(lo_)];
+  std::int64_t delta, span;
+  if (__builtin_sub_overflow(k0, k0_, &delta) || delta <= -wide_step || delta >= wide_step ||
+      __builtin_sub_overflow(h.step[h.phys(hi_ - 1)], k0, &span) || span >= wide_step)
+    return false;
+  // d' = d - delta over the n samples in the sums: Σd' = Σd - n·delta,
+  // Σd'² = Σd² - 2·delta·Σd + n·delta², Σd'y = Σdy - delta·Σy (exact).
+  if (!sums_[1].add_scaled(sums_[0], -delta)) return false;
+  const auto n = static_cast<__int128>(hi_ - lo_) - nans_ - specials_;
+  const auto dl = static_cast<__int128>(delta);
+  sdd_ = sdd_ - 2 * dl * sd_ + n * dl * dl;
+  sd_ -= n * dl;
+  k0_ = k0;
+  removed_ = 0;
+  return true;
+}
+
 template <bool Add>
 void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
   const std::size_t p = h.phys(k);
@@ -733,21 +793,22 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
   // A slope re-centres its steps once the window has moved on by its own
   // length (amortised O(1)): the origin stays near the window.
   const bool recentre = kind == RunKind::slope && removed_ > std::max<std::uint64_t>(64, 2 * (hi - lo));
-  if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() || kind != kind_ ||
-      recentre) {
+  if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() || kind != kind_) {
     rebuild(kind, h, lo, end);
   } else {
     // Samples are added before the old ones leave: room for both.
     if (end > hi_) reserve_splits(kind, sorted_values() + (end - hi_));
+    // Counted before the removals, which advance lo_ themselves.
+    removed_ += lo - lo_;
     for (std::uint64_t k = hi_; k < end; ++k) move<true>(kind, h, k);
     for (std::uint64_t k = lo_; k < lo; ++k) move<false>(kind, h, k);
     // The samples that leave next, a few lines ahead: the oldest end of a
     // long window is touched once per line of samples, seldom enough (a
     // trace reader streaming in between) to have left the cache.
-    if (lo > lo_ && lo + 16 < end) __builtin_prefetch(&h.value[h.phys(lo + 16)]);
-    removed_ += lo - lo_;
+    if (lo + 16 < end) __builtin_prefetch(&h.value[h.phys(lo + 16)]);
     lo_ = lo;
     if (kind == RunKind::min || kind == RunKind::max) deque_.expire(lo);
+    if (recentre && !recentre_slope(h)) rebuild(kind, h, lo, end);
   }
   // Read only by the kinds that need it (a load and an index computation
   // the others should not pay for).

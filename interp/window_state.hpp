@@ -103,6 +103,9 @@ class ExactSum {
   /// The sum as hi + lo to 2^-96 relative at worst (hi is not necessarily
   /// the correctly rounded sum: value() is).
   [[nodiscard]] DoubleDouble value_dd();
+  /// Adds m times `other` exactly (|m| < 2^40; not with track()). False,
+  /// and nothing changed, if the result could leave the digits.
+  bool add_scaled(ExactSum& other, std::int64_t m);
 
  private:
   static constexpr int digits = 68;
@@ -229,6 +232,10 @@ class RunningWindow {
   };
 
   void rebuild(RunKind kind, const History& h, std::uint64_t lo, std::uint64_t hi);
+  /// slope: moves the origin step to the window's first step in O(1) with
+  /// exact integer and ExactSum arithmetic (the same sums a rebuild would
+  /// make); false when it cannot (a wide or unsorted window: rebuild).
+  bool recentre_slope(const History& h);
   /// Values held by the order statistics (NaN aside).
   [[nodiscard]] std::size_t sorted_values() const { return split_[0].size(); }
   /// Room in the order statistics of `kind` (if any) for `values` values.
