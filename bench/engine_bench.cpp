@@ -13,6 +13,10 @@
 //                           running count per GPU; ..._HandWrittenRecount
 //                           recounts the ring at each observation, as the
 //                           engine does for every range function
+//   BM_Window/<case>        one rule with a window of 10,000 over a 100k-step
+//                           trace fed from memory (threshold: the baseline)
+//   BM_WindowTrace/<case>   the same replays read from a JSONL file with
+//                           open_jsonl, as `rulecheck run` does (issue 14 §1)
 //
 // The workload is generated from one table of rule specs (`make_specs`), which
 // is rendered both as rule text for the engine and as a hand-written evaluator
@@ -26,13 +30,19 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <iterator>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <random>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -42,6 +52,7 @@
 #include "stdlib/functions.hpp"
 #include "vigil/engine.hpp"
 #include "vigil/program.hpp"
+#include "vigil/trace.hpp"
 
 namespace {
 
@@ -718,11 +729,139 @@ void BM_Window(benchmark::State& state, const WindowCase* c) {
     replay_window_trace(program, [&](int, std::span<const vigil::Firing> fs) { firings += fs.size(); });
   benchmark::DoNotOptimize(firings);
   state.SetItemsProcessed(state.iterations() * window_trace_steps);
+  state.counters["firings"] = static_cast<double>(firings) / static_cast<double>(state.iterations());
+}
+
+// ---- the same windows over a JSONL replay ------------------------------------------
+
+// BM_WindowTrace/<case>: the replay issue 14 measured (`rulecheck run` over a
+// 100,000-step JSONL trace): the same trace written once to a JSONL file, read
+// in every iteration with open_jsonl (the reader rulecheck uses) and fed to an
+// engine the way rulecheck's Replay does: each observation's keys looked up in
+// a map of the keys seen so far, a key interned with the engine once. The
+// ratio against BM_WindowTrace/threshold is the issue's measure: reading and
+// parsing cost the same for every rule, a window's cost is what it adds.
+
+/// The trace as a JSONL file in a fresh temp directory, removed at exit.
+/// `{}` prints the shortest text that reads back as the same double, so the
+/// reader hands the engine exactly the values of window_trace().
+class WindowTraceFile {
+ public:
+  WindowTraceFile() {
+    std::string dir = (std::filesystem::temp_directory_path() / "vigil_window_trace_XXXXXX").string();
+    if (!::mkdtemp(dir.data())) die("mkdtemp: " + std::string(std::strerror(errno)));
+    dir_ = dir;
+    path_ = dir_ / "trace.jsonl";
+    std::string text;
+    const auto& v = window_trace();
+    for (int i = 0; i < window_trace_steps; ++i)
+      fmt::format_to(std::back_inserter(text), "{{\"step\": {}, \"time\": {}, \"values\": {{\"loss\": {}}}}}\n", i,
+                     1000 + i, v[static_cast<std::size_t>(i)]);
+    std::FILE* f = std::fopen(path_.c_str(), "wb");
+    if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
+      die("cannot write " + path_.string());
+  }
+  ~WindowTraceFile() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  WindowTraceFile(const WindowTraceFile&) = delete;
+  WindowTraceFile& operator=(const WindowTraceFile&) = delete;
+  [[nodiscard]] std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path dir_, path_;
+};
+
+const WindowTraceFile& window_trace_file() {
+  static const WindowTraceFile file;
+  return file;
+}
+
+/// Replays the JSONL trace through `program`; calls `each(step, firings)` per
+/// observation. Returns the number of observations read (dies on damage).
+template <class Each>
+std::size_t replay_window_jsonl(const vigil::Program& program, Each each) {
+  vigil::Engine engine(program, record_options());
+  vigil::TraceError error;
+  auto reader = vigil::open_jsonl(window_trace_file().path(), error);
+  if (!reader) die(error.format());
+  std::unordered_map<std::string, std::optional<vigil::SeriesId>> ids;
+  std::vector<vigil::Sample> samples;
+  vigil::Observation obs;
+  std::size_t n = 0;
+  while (reader->next(obs)) {
+    samples.clear();
+    for (const auto& [key, value] : obs.values) {
+      auto it = ids.find(key);
+      if (it == ids.end()) it = ids.emplace(key, engine.series(key)).first;
+      if (it->second) samples.push_back({*it->second, value});
+    }
+    each(obs.step, engine.observe(obs.step, samples, {.mode = obs.mode, .time = obs.time}));
+    ++n;
+  }
+  if (reader->error()) die(reader->error()->format());
+  return n;
+}
+
+/// Every firing of `program` as (step, value), in memory and from the JSONL
+/// file: equal (and the file holds every step) or `why` says where not.
+bool window_trace_replays_agree(const vigil::Program& program, std::string& why) {
+  using Fired = std::vector<std::pair<std::int64_t, double>>;
+  auto record = [](Fired& out) {
+    return [&out](std::int64_t step, std::span<const vigil::Firing> fs) {
+      for (const auto& f : fs) out.emplace_back(step, f.value ? *f.value : std::nan(""));
+    };
+  };
+  Fired memory, jsonl;
+  auto to_memory = record(memory);
+  replay_window_trace(program, [&](int i, std::span<const vigil::Firing> fs) { to_memory(i, fs); });
+  const std::size_t n = replay_window_jsonl(program, record(jsonl));
+  if (n != static_cast<std::size_t>(window_trace_steps)) {
+    why = fmt::format("the JSONL trace gave {} observations, not {}", n, window_trace_steps);
+    return false;
+  }
+  auto same = [](const auto& a, const auto& b) {
+    return a.first == b.first && (a.second == b.second || (std::isnan(a.second) && std::isnan(b.second)));
+  };
+  if (memory.size() == jsonl.size() && std::equal(memory.begin(), memory.end(), jsonl.begin(), same))
+    return true;
+  why = fmt::format("{} firings in memory, {} from the JSONL trace", memory.size(), jsonl.size());
+  const auto [m, j] = std::mismatch(memory.begin(), memory.end(), jsonl.begin(), jsonl.end(), same);
+  if (m != memory.end()) why += fmt::format("; in memory: step {} value {}", m->first, m->second);
+  if (j != jsonl.end()) why += fmt::format("; JSONL: step {} value {}", j->first, j->second);
+  return false;
+}
+
+void BM_WindowTrace(benchmark::State& state, const WindowCase* c) {
+  const auto program = compile_or_die(window_rule(*c));
+  static std::vector<const WindowCase*> checked;
+  if (std::find(checked.begin(), checked.end(), c) == checked.end()) {
+    std::string why;
+    // The timed rule fires rarely: the range call's value at every step
+    // (`f == f` fires with it) must agree too.
+    const std::string f = *c->fn ? window_call(*c) : std::string("loss");
+    const auto every = compile_or_die("rule r: when " + f + " == " + f + " cooldown 1 samples do log\n");
+    if (!vigil::bench::expect(state, window_trace_replays_agree(program, why) &&
+                                         window_trace_replays_agree(every, why),
+                              std::string(c->name) + ": " + why))
+      return;
+    checked.push_back(c);
+  }
+  std::size_t firings = 0;
+  for (auto _ : state)
+    replay_window_jsonl(program, [&](std::int64_t, std::span<const vigil::Firing> fs) { firings += fs.size(); });
+  benchmark::DoNotOptimize(firings);
+  state.SetItemsProcessed(state.iterations() * window_trace_steps);
+  state.counters["firings"] = static_cast<double>(firings) / static_cast<double>(state.iterations());
 }
 
 const bool window_benchmarks_registered = [] {
   for (const auto& c : window_cases())
     benchmark::RegisterBenchmark(("BM_Window/" + std::string(c.name)).c_str(), BM_Window, &c)
+        ->Unit(benchmark::kMillisecond);
+  for (const auto& c : window_cases())
+    benchmark::RegisterBenchmark(("BM_WindowTrace/" + std::string(c.name)).c_str(), BM_WindowTrace, &c)
         ->Unit(benchmark::kMillisecond);
   return true;
 }();

@@ -1,5 +1,5 @@
 // Running windows (see window_state.hpp): the exact accumulator, the
-// monotonic deque, the sorted blocks of order statistics, and the per-function update
+// monotonic deque, the two-heap order statistics, and the per-function update
 // and read-out. Must not touch anything but its arguments.
 #include "interp/window_state.hpp"
 
@@ -72,13 +72,22 @@ DoubleDouble dd_sub(DoubleDouble a, DoubleDouble b) {
   s.lo += a.lo - b.lo;
   return fast_two_sum(s.hi, s.lo);
 }
-/// Σx² - (Σx)²/n: n times the population variance.
-DoubleDouble centred(DoubleDouble sxx, DoubleDouble sx, double n) {
-  return dd_sub(sxx, dd_div(dd_mul(sx, sx), n));
+/// a·n, n a positive integer below 2^53 (exact as a double).
+DoubleDouble dd_scale(DoubleDouble a, double n) {
+  DoubleDouble p = two_prod(a.hi, n);
+  p.lo += a.lo * n;
+  return fast_two_sum(p.hi, p.lo);
 }
-/// Σxy - Σx·Σy/n.
-DoubleDouble co_centred(DoubleDouble sxy, DoubleDouble sx, DoubleDouble sy, double n) {
-  return dd_sub(sxy, dd_div(dd_mul(sx, sy), n));
+/// n·Σxy - Σx·Σy: n² times the population covariance (variance: x = y),
+/// without a division (the read-outs' latency is mostly divisions).
+DoubleDouble n_co_centred(DoubleDouble sxy, DoubleDouble sx, DoubleDouble sy, double n) {
+  return dd_sub(dd_scale(sxy, n), dd_mul(sx, sy));
+}
+/// Σx² - Σx·(Σx/n): n times the population variance, for windows where
+/// n·Σx² would overflow (samples near 1e150 over more than ~13,000
+/// samples): the division first keeps every term within n·max x².
+DoubleDouble centred(DoubleDouble sxx, DoubleDouble sx, double n) {
+  return dd_sub(sxx, dd_mul(sx, dd_div(sx, n)));
 }
 
 /// Steps further than this from the origin step of a slope's window are
@@ -137,25 +146,44 @@ namespace {
 
 /// The population variance, from Σx and Σx² (exact); 0 when all
 /// samples are equal, as Welford gives.
+/// n² times the population variance, n·Σx² - (Σx)², or nullopt when that
+/// overflows (samples near 1e150 in a long window).
+std::optional<double> n2_variance(DoubleDouble sx, DoubleDouble sxx, double n) {
+  const DoubleDouble m = n_co_centred(sxx, sx, sx, n);
+  if (!std::isfinite(m.hi)) return std::nullopt;
+  return std::max(0.0, m.hi + m.lo);
+}
+
 double variance_of(ExactSum& sx, ExactSum& sxx, double n, bool all_equal) {
   if (all_equal) return 0;
-  const DoubleDouble m2 = centred(sxx.value_dd(), sx.value_dd(), n);
+  const DoubleDouble s = sx.value_dd(), s2 = sxx.value_dd();
+  if (const auto m = n2_variance(s, s2, n)) return *m / (n * n);
+  const DoubleDouble m2 = centred(s2, s, n);
   return std::max(0.0, m2.hi + m2.lo) / n;
 }
 
-/// zscore from the exact sums of the window without its latest sample.
+/// zscore from the exact sums of the window without its latest sample:
+/// (n·latest - Σx) / sqrt(n·Σx² - (Σx)²), both in double-double (a latest
+/// sample close to a large mean keeps its digits), one division and one
+/// square root.
 double zscore_of(ExactSum& sx, ExactSum& sxx, double n, bool all_equal, double latest) {
-  // latest - mean as (n * latest - Σx) / n in double-double: a latest
-  // sample close to a large mean keeps its digits.
-  const DoubleDouble diff = dd_div(dd_sub(two_prod(latest, n), sx.value_dd()), n);
-  return standardised(diff.hi + diff.lo, std::sqrt(variance_of(sx, sxx, n, all_equal)));
+  const DoubleDouble sum = sx.value_dd();  // read once: the digits are most of the cost
+  const DoubleDouble num = dd_sub(two_prod(latest, n), sum);
+  if (all_equal) return standardised(num.hi + num.lo, 0);
+  const DoubleDouble s2 = sxx.value_dd();
+  if (const auto m = n2_variance(sum, s2, n)) return standardised(num.hi + num.lo, std::sqrt(*m));
+  const DoubleDouble m2 = centred(s2, sum, n);
+  const DoubleDouble diff = dd_div(num, n);
+  return standardised(diff.hi + diff.lo, std::sqrt(std::max(0.0, m2.hi + m2.lo) / n));
 }
 
-/// slope from exact Σd, Σd² (d = step - origin), Σy and Σd·y.
+/// slope from exact Σd, Σd² (d = step - origin), Σy and Σd·y:
+/// (n·Σdy - Σd·Σy) / (n·Σd² - (Σd)²), the n's of the covariance and the
+/// variance cancelled (|d| < 2^40 and |y| <= 1e150: no overflow).
 double slope_of(__int128 sd, __int128 sdd, ExactSum& sy, ExactSum& sdy, double n) {
   const DoubleDouble d = dd_of(sd);
-  const DoubleDouble sxx = centred(dd_of(sdd), d, n);
-  const DoubleDouble sxy = co_centred(sdy.value_dd(), d, sy.value_dd(), n);
+  const DoubleDouble sxx = n_co_centred(dd_of(sdd), d, d, n);
+  const DoubleDouble sxy = n_co_centred(sdy.value_dd(), d, sy.value_dd(), n);
   return (sxy.hi + sxy.lo) / (sxx.hi + sxx.lo);
 }
 
@@ -364,6 +392,45 @@ DoubleDouble ExactSum::value_dd() {
   return {-v.hi, -v.lo};
 }
 
+bool ExactSum::add_scaled(ExactSum& other, std::int64_t m) {
+  other.normalise();
+  if (other.hi_ < other.lo_ || m == 0) return true;
+  // |other| as non-negative normalised digits, its sign folded into m.
+  std::int64_t neg[digits];
+  const std::int64_t* src = other.d_;
+  int top = other.hi_;
+  if (other.d_[top] < 0) {
+    top = other.negated(neg);
+    src = neg;
+    m = -m;
+  }
+  if (top + 2 >= digits) return false;
+  const bool minus = m < 0;
+  const auto um = static_cast<std::uint64_t>(minus ? -m : m);  // < 2^40
+  for (int i = other.lo_; i <= top; ++i) {
+    // < 2^72: three digits, the top one below 2^8.
+    const unsigned __int128 p = static_cast<unsigned __int128>(um) * static_cast<std::uint64_t>(src[i]);
+    const auto d0 = static_cast<std::int64_t>(static_cast<std::uint64_t>(p) & 0xffffffffU);
+    const auto d1 = static_cast<std::int64_t>(static_cast<std::uint64_t>(p >> 32) & 0xffffffffU);
+    const auto d2 = static_cast<std::int64_t>(static_cast<std::uint64_t>(p >> 64));
+    if (minus) {
+      d_[i] -= d0;
+      d_[i + 1] -= d1;
+      d_[i + 2] -= d2;
+    } else {
+      d_[i] += d0;
+      d_[i + 1] += d1;
+      d_[i + 2] += d2;
+    }
+  }
+  lo_ = std::min(lo_, other.lo_);
+  hi_ = std::max(hi_, top + 2);
+  // Each digit moved by at most three terms below 2^32: three additions' worth.
+  ops_ += 3;
+  if (ops_ >= (1U << 30)) normalise();
+  return true;
+}
+
 // ---- Deque --------------------------------------------------------------------
 
 void RunningWindow::Deque::push(double v, std::uint64_t k, bool want_max) {
@@ -385,164 +452,208 @@ void RunningWindow::Deque::expire(std::uint64_t lo) {
   }
 }
 
-// ---- Sorted -------------------------------------------------------------------
+// ---- RankSplit ----------------------------------------------------------------
 
 namespace {
 
-bool same_bits(double a, double b) {
-  std::uint64_t x, y;
-  std::memcpy(&x, &a, sizeof x);
-  std::memcpy(&y, &b, sizeof y);
-  return x == y;
+using Node = OrderNode;
+
+/// The bits of `v` (not NaN) as an unsigned number in the order of the
+/// values: negative values' bits flipped, positive ones' sign bit set. Both
+/// zeros map to +0's key: they are equal values.
+std::uint64_t order_key(double v) {
+  if (v == 0) v = 0.0;
+  std::uint64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return (b >> 63) != 0 ? ~b : b | (std::uint64_t{1} << 63);
 }
 
-/// std::upper_bound (Upper) or std::lower_bound over a[0, n) without a
-/// branch per step (the comparisons are unpredictable: a branchy search
-/// mispredicts about half of them): the halving compiles to a cmov.
-template <bool Upper>
-std::size_t bound(const double* a, std::size_t n, double v) {
-  if (n == 0) return 0;
-  const double* base = a;
-  while (n > 1) {
-    const std::size_t half = n / 2;
-    const bool right = Upper ? !(v < base[half - 1]) : base[half - 1] < v;
-    base = right ? base + half : base;
-    n -= half;
-  }
-  const bool after = Upper ? !(v < *base) : *base < v;
-  return static_cast<std::size_t>(base - a) + (after ? 1 : 0);
+double key_value(std::uint64_t key) {
+  const std::uint64_t b = (key >> 63) != 0 ? key & ~(std::uint64_t{1} << 63) : ~key;
+  double v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
 }
+
+/// (value, sample number) order, without a branch: the two words compared
+/// as one 128-bit number.
+bool before(const Node& a, const Node& b) {
+  return ((static_cast<unsigned __int128>(a.key) << 64) | a.k) <
+         ((static_cast<unsigned __int128>(b.key) << 64) | b.k);
+}
+
+/// Whether `a` belongs above `b` in the max-heap (High false) or the min-heap.
+template <bool High>
+bool above(const Node& a, const Node& b) {
+  return High ? before(a, b) : before(b, a);
+}
+
+constexpr std::size_t arity = 4;
+/// Dead nodes a heap may hold beyond as many as its live ones.
+constexpr std::size_t trim_slack = 64;
 
 }  // namespace
 
-void RunningWindow::Sorted::clear() {
-  // Keeps every buffer's capacity: refilling allocates nothing.
-  for (std::uint32_t b : order) free.push_back(b);
-  order.clear();
-  count.clear();
-  last.clear();
-  n = 0;
+void RunningWindow::RankSplit::reserve(std::size_t values) {
+  // A heap holds at most twice its live nodes plus a slack (trim), and
+  // either may hold the whole window while the split is moved.
+  const std::size_t want = 2 * values + 2 * trim_slack;
+  if (low.capacity() < want) low.reserve(std::max(want, 2 * low.capacity()));
+  if (high.capacity() < want) high.reserve(std::max(want, 2 * high.capacity()));
 }
 
-void RunningWindow::Sorted::reserve_for(std::uint32_t values) {
-  // 4 n / cap + 1 blocks at most (see the header), and one spare for a split.
-  // Below `cap` values one block holds them all (no split before it is full).
-  const std::uint32_t want = std::max<std::uint32_t>(8, values);
-  const std::size_t blocks = want < cap ? 1 : 4 * std::size_t{want} / cap + 2;
-  const std::size_t had = data.size() / cap;
-  if (blocks > had) {
-    data.resize(blocks * cap);
-    free.reserve(blocks);
-    for (std::size_t b = blocks; b-- > had;) free.push_back(static_cast<std::uint32_t>(b));
-    order.reserve(blocks);
-    count.reserve(blocks);
-    last.reserve(blocks);
+template <bool High>
+void RunningWindow::RankSplit::sift_up(Node* heap, std::size_t i, Node x) {
+  while (i > 0) {
+    const std::size_t parent = (i - 1) / arity;
+    if (!above<High>(x, heap[parent])) break;
+    heap[i] = heap[parent];
+    i = parent;
   }
-  reserved = want;
+  heap[i] = x;
 }
 
-void RunningWindow::Sorted::insert(double v) {
-  // Grows by a quarter: the worst-case reservation is already 4x the values.
-  if (n + 1 > reserved) reserve_for(n + 1 + n / 4);
-  ++n;
-  if (order.empty()) {
-    order.push_back(free.back());
-    free.pop_back();
-    count.push_back(1);
-    last.push_back(v);
-    block(0)[0] = v;
-    return;
+template <bool High>
+RunningWindow::RankSplit::Node RunningWindow::RankSplit::pop_top(std::vector<Node>& heap) {
+  const Node top = heap[0];
+  const Node x = heap.back();
+  heap.pop_back();
+  const std::size_t n = heap.size();
+  if (n == 0) return top;
+  // Floyd's pop: the hole at the root moves down to the better child to
+  // the bottom (the last node, which fills it, almost always belongs near
+  // the bottom), then that node rises from there: no comparison with it on
+  // the way down.
+  Node* a = heap.data();
+  std::size_t i = 0;
+  for (;;) {
+    const std::size_t first = arity * i + 1;
+    if (first + arity > n) {
+      if (first < n) {
+        std::size_t best = first;
+        for (std::size_t c = first + 1; c < n; ++c)
+          if (above<High>(a[c], a[best])) best = c;
+        a[i] = a[best];
+        i = best;
+      }
+      break;
+    }
+    // The grandchildren, while the children are compared: the next level's
+    // loads are the path's latency (a long window's lower levels are beyond L1).
+    const std::size_t grand = arity * first + 1;
+    if (grand < n) {
+      const char* g = reinterpret_cast<const char*>(a + grand);
+      for (std::size_t b = 0; b < arity * arity * sizeof(Node); b += 64) __builtin_prefetch(g + b);
+    }
+    // A tournament (two independent comparisons, then one), without branches.
+    const std::size_t l = above<High>(a[first + 1], a[first]) ? first + 1 : first;
+    const std::size_t r = above<High>(a[first + 3], a[first + 2]) ? first + 3 : first + 2;
+    const std::size_t best = above<High>(a[r], a[l]) ? r : l;
+    a[i] = a[best];
+    i = best;
   }
-  // The first block whose largest value is above v (ties go after their
-  // equals: insertion order), else the last block.
-  std::size_t i = bound<true>(last.data(), last.size(), v);
-  if (i == last.size()) --i;
-  if (count[i] == cap) {
-    // Full: its upper half becomes a new block after it.
-    const std::uint32_t nb = free.back();
-    free.pop_back();
-    double* from = block(i) + cap / 2;
-    std::copy(from, from + cap / 2, &data[std::size_t{nb} * cap]);
-    order.insert(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, nb);
-    count.insert(count.begin() + static_cast<std::ptrdiff_t>(i) + 1, cap / 2);
-    last.insert(last.begin() + static_cast<std::ptrdiff_t>(i) + 1, last[i]);
-    count[i] = cap / 2;
-    last[i] = block(i)[cap / 2 - 1];
-    if (!(v < last[i])) ++i;
+  sift_up<High>(a, i, x);
+  return top;
+}
+
+template <bool High>
+void RunningWindow::RankSplit::trim(std::vector<Node>& heap, std::size_t live, std::uint64_t lo) {
+  if (heap.size() <= 2 * live + trim_slack) return;
+  // Keep the live nodes, then heapify bottom-up (Floyd): O(n).
+  heap.erase(std::remove_if(heap.begin(), heap.end(), [lo](const Node& x) { return x.k < lo; }),
+             heap.end());
+  Node* a = heap.data();
+  const std::size_t n = heap.size();
+  for (std::size_t i = n > 1 ? (n - 2) / arity + 1 : 0; i-- > 0;) {
+    const Node x = a[i];
+    std::size_t at = i;
+    for (;;) {
+      const std::size_t first = arity * at + 1;
+      if (first >= n) break;
+      std::size_t best = first;
+      for (std::size_t c = first + 1; c < std::min(n, first + arity); ++c)
+        if (above<High>(a[c], a[best])) best = c;
+      if (!above<High>(a[best], x)) break;
+      a[at] = a[best];
+      at = best;
+    }
+    a[at] = x;
   }
-  double* vals = block(i);
-  double* pos = vals + bound<true>(vals, count[i], v);
-  std::copy_backward(pos, vals + count[i], vals + count[i] + 1);
-  *pos = v;
-  ++count[i];
-  last[i] = vals[count[i] - 1];
 }
 
-void RunningWindow::Sorted::drop(std::size_t i) {
-  free.push_back(order[i]);
-  order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
-  count.erase(count.begin() + static_cast<std::ptrdiff_t>(i));
-  last.erase(last.begin() + static_cast<std::ptrdiff_t>(i));
-}
-
-void RunningWindow::Sorted::merge_into(std::size_t i) {
-  const double* from = block(i + 1);
-  std::copy(from, from + count[i + 1], block(i) + count[i]);
-  count[i] += count[i + 1];
-  last[i] = last[i + 1];
-  count[i + 1] = 0;
-  drop(i + 1);
-}
-
-void RunningWindow::Sorted::erase(double v) {
-  // The first block that can hold v, then the oldest value with v's bits
-  // (ties are in insertion order; only +-0 differ in bits among equals).
-  std::size_t i = bound<false>(last.data(), last.size(), v);
-  std::uint32_t at = 0;
-  for (; i < order.size(); ++i) {
-    const double* vals = block(i);
-    at = static_cast<std::uint32_t>(bound<false>(vals, count[i], v));
-    while (at < count[i] && vals[at] == v && !same_bits(vals[at], v)) ++at;
-    if (at < count[i]) break;
+void RunningWindow::RankSplit::insert(double v, std::uint64_t k) {
+  const Node x{order_key(v), k};
+  if (!low.empty() && before(x, low[0])) {
+    push<false>(low, x);
+    ++live_low;
+  } else {
+    push<true>(high, x);
+    ++live_high;
   }
-  if (i == order.size() || !same_bits(block(i)[at], v)) return;  // not held: cannot happen
-  double* vals = block(i);
-  std::copy(vals + at + 1, vals + count[i], vals + at);
-  --count[i];
-  --n;
-  if (count[i] == 0) {
-    drop(i);
-    return;
-  }
-  last[i] = vals[count[i] - 1];
-  // Keep every two neighbours above half a block (this bounds the blocks).
-  if (i > 0 && count[i - 1] + count[i] <= cap / 2) merge_into(--i);
-  if (i + 1 < order.size() && count[i] + count[i + 1] <= cap / 2) merge_into(i);
 }
 
-std::pair<std::size_t, std::uint32_t> RunningWindow::Sorted::locate(std::uint32_t r) const {
-  // From whichever end is nearer.
-  if (r < n / 2) {
-    std::size_t i = 0;
-    while (r >= count[i]) r -= count[i++];
-    return {i, r};
+void RunningWindow::RankSplit::erase(double v, std::uint64_t k, std::uint64_t lo) {
+  // In the max-heap exactly when not above its top (which may be dead: it
+  // still separates the heaps).
+  const Node x{order_key(v), k};
+  if (!low.empty() && !before(low[0], x)) {
+    --live_low;
+    trim<false>(low, live_low, lo);
+  } else {
+    --live_high;
+    trim<true>(high, live_high, lo);
   }
-  std::uint32_t above = n - 1 - r;  // values above rank r
-  std::size_t i = order.size() - 1;
-  while (above >= count[i]) above -= count[i--];
-  return {i, count[i] - 1 - above};
 }
 
-double RunningWindow::Sorted::quantile(double q) const {
-  // stdlib's quantile_of: linear interpolation between closest ranks.
+void RunningWindow::RankSplit::settle(std::uint64_t lo) {
+  while (!low.empty() && low[0].k < lo) pop_top<false>(low);
+  while (!high.empty() && high[0].k < lo) pop_top<true>(high);
+}
+
+template <bool High>
+void RunningWindow::RankSplit::push_root(std::vector<Node>& heap, Node x) {
+  // x is above every node (it comes from the other heap's top): the path
+  // from the new leaf to the root moves down one level, no comparisons.
+  heap.emplace_back();
+  Node* a = heap.data();
+  std::size_t i = heap.size() - 1;
+  while (i > 0) {
+    const std::size_t parent = (i - 1) / arity;
+    a[i] = a[parent];
+    i = parent;
+  }
+  a[0] = x;
+}
+
+void RunningWindow::RankSplit::split_at(std::size_t n_low, std::uint64_t lo) {
+  // A top crossing over is beyond every node of the other heap (the max-heap's
+  // nodes are all below the min-heap's): it becomes that heap's root.
+  settle(lo);
+  while (live_low > n_low) {
+    push_root<true>(high, pop_top<false>(low));
+    --live_low;
+    ++live_high;
+    settle(lo);
+  }
+  while (live_low < n_low && live_high > 0) {
+    push_root<false>(low, pop_top<true>(high));
+    ++live_low;
+    --live_high;
+    settle(lo);
+  }
+}
+
+double RunningWindow::RankSplit::quantile(double q, std::uint64_t lo, const History& h) {
+  const std::size_t n = size();
   if (n == 0 || std::isnan(q) || q < 0 || q > 1) return nan;
-  const double h = (static_cast<double>(n) - 1) * q;
-  const auto lo = static_cast<std::uint32_t>(std::floor(h));
-  const auto [i, at] = locate(lo);
-  const double at_lo = block(i)[at];
-  if (lo + 1 >= n || h == static_cast<double>(lo)) return at_lo;
-  const double next = at + 1 < count[i] ? block(i)[at + 1] : block(i + 1)[0];
-  return at_lo + (h - static_cast<double>(lo)) * (next - at_lo);
+  const double at = (static_cast<double>(n) - 1) * q;
+  const auto r = static_cast<std::size_t>(std::floor(at));
+  split_at(r + 1, lo);
+  // A zero's key does not say which zero: its sample does.
+  auto value = [&](const Node& x) { return x.key == order_key(0.0) ? h.value[h.phys(x.k)] : key_value(x.key); };
+  const double at_r = value(low[0]);
+  if (r + 1 >= n || at == static_cast<double>(r)) return at_r;
+  return at_r + (at - static_cast<double>(r)) * (value(high[0]) - at_r);
 }
 
 // ---- RunningWindow ------------------------------------------------------------
@@ -564,9 +675,31 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
     s.track(kind == RunKind::sum || kind == RunKind::mean);
   }
   deque_.clear();
-  // The pool keeps its capacity: clear() then re-inserting allocates nothing.
-  sorted_.clear();
+  // The heaps keep their capacity: clear() then re-inserting allocates nothing.
+  for (auto& s : split_) s.clear();
+  reserve_splits(kind, hi - lo);
   for (std::uint64_t k = lo; k < hi; ++k) move<true>(kind, h, k);
+}
+
+bool RunningWindow::recentre_slope(const History& h) {
+  // Sorted steps put every step of the window between its first and its
+  // newest; a wide sample is not in the sums (a rebuild re-counts them).
+  if (wide_ != 0 || !h.steps_sorted() || lo_ >= hi_) return false;
+  const std::int64_t k0 = h.step[h.phys(lo_)];
+  std::int64_t delta, span;
+  if (__builtin_sub_overflow(k0, k0_, &delta) || delta <= -wide_step || delta >= wide_step ||
+      __builtin_sub_overflow(h.step[h.phys(hi_ - 1)], k0, &span) || span >= wide_step)
+    return false;
+  // d' = d - delta over the n samples in the sums: Σd' = Σd - n·delta,
+  // Σd'² = Σd² - 2·delta·Σd + n·delta², Σd'y = Σdy - delta·Σy (exact).
+  if (!sums_[1].add_scaled(sums_[0], -delta)) return false;
+  const auto n = static_cast<__int128>(hi_ - lo_) - nans_ - specials_;
+  const auto dl = static_cast<__int128>(delta);
+  sdd_ = sdd_ - 2 * dl * sd_ + n * dl * dl;
+  sd_ -= n * dl;
+  k0_ = k0;
+  removed_ = 0;
+  return true;
 }
 
 template <bool Add>
@@ -612,9 +745,14 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
       break;  // deques expire lazily
     case RunKind::median:
     case RunKind::quantile:
+      if constexpr (Add) split_[0].insert(v, k);
+      else split_[0].erase(v, k, lo_);
+      break;
     case RunKind::iqr_outlier:
-      if constexpr (Add) sorted_.insert(v);
-      else sorted_.erase(v);
+      for (auto& s : split_) {
+        if constexpr (Add) s.insert(v, k);
+        else s.erase(v, k, lo_);
+      }
       break;
     case RunKind::sum:
     case RunKind::mean:
@@ -655,15 +793,22 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
   // A slope re-centres its steps once the window has moved on by its own
   // length (amortised O(1)): the origin stays near the window.
   const bool recentre = kind == RunKind::slope && removed_ > std::max<std::uint64_t>(64, 2 * (hi - lo));
-  if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() || kind != kind_ ||
-      recentre) {
+  if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() || kind != kind_) {
     rebuild(kind, h, lo, end);
   } else {
+    // Samples are added before the old ones leave: room for both.
+    if (end > hi_) reserve_splits(kind, sorted_values() + (end - hi_));
+    // Counted before the removals, which advance lo_ themselves.
+    removed_ += lo - lo_;
     for (std::uint64_t k = hi_; k < end; ++k) move<true>(kind, h, k);
     for (std::uint64_t k = lo_; k < lo; ++k) move<false>(kind, h, k);
-    removed_ += lo - lo_;
+    // The samples that leave next, a few lines ahead: the oldest end of a
+    // long window is touched once per line of samples, seldom enough (a
+    // trace reader streaming in between) to have left the cache.
+    if (lo + 16 < end) __builtin_prefetch(&h.value[h.phys(lo + 16)]);
     lo_ = lo;
     if (kind == RunKind::min || kind == RunKind::max) deque_.expire(lo);
+    if (recentre && !recentre_slope(h)) rebuild(kind, h, lo, end);
   }
   // Read only by the kinds that need it (a load and an index computation
   // the others should not pay for).
@@ -689,9 +834,9 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       const double var = variance_of(sums_[0], sums_[1], n, vchange_ <= lo_);
       return kind == RunKind::var ? var : std::sqrt(var);
     }
-    case RunKind::median: return nans_ ? nan : sorted_.quantile(0.5);
+    case RunKind::median: return nans_ ? nan : split_[0].quantile(0.5, lo_, h);
     case RunKind::quantile:
-      return nans_ ? nan : sorted_.quantile(consts[0]);
+      return nans_ ? nan : split_[0].quantile(consts[0], lo_, h);
     case RunKind::delta:
       if (nans_) return nan;
       return newest() - h.value[h.phys(lo_)];
@@ -716,7 +861,7 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     case RunKind::iqr_outlier: {
       const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
-      const double q1 = sorted_.quantile(0.25), q3 = sorted_.quantile(0.75);
+      const double q1 = split_[0].quantile(0.25, lo_, h), q3 = split_[1].quantile(0.75, lo_, h);
       const double iqr = q3 - q1;
       return (latest < q1 - consts[0] * iqr || latest > q3 + consts[0] * iqr) ? 1 : 0;
     }

@@ -7,7 +7,7 @@
 // reader for the window's bounds; advance() adds the samples that entered
 // and removes the ones that left, so a sliding window costs O(1) amortised
 // per sample (sums, counts, monotonic deques) or O(log W) (the order
-// statistic blocks of median/quantile).
+// statistic heaps of median/quantile).
 //
 // Exactness, and why there is no drift: sums are kept in ExactSum, a fixed
 // point accumulator wide enough for every double, so adding and removing
@@ -103,6 +103,9 @@ class ExactSum {
   /// The sum as hi + lo to 2^-96 relative at worst (hi is not necessarily
   /// the correctly rounded sum: value() is).
   [[nodiscard]] DoubleDouble value_dd();
+  /// Adds m times `other` exactly (|m| < 2^40; not with track()). False,
+  /// and nothing changed, if the result could leave the digits.
+  bool add_scaled(ExactSum& other, std::int64_t m);
 
  private:
   static constexpr int digits = 68;
@@ -126,6 +129,13 @@ class ExactSum {
 /// window was found. nullopt: use the registry kernel (its value is already
 /// the same: min/max/quantiles/counts; or the window holds a special sample).
 std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w);
+
+/// A value in an order statistic: (value, sample number), compared as one
+/// 128-bit number.
+struct OrderNode {
+  std::uint64_t key;  // the value's bits as an unsigned order (both zeros as +0)
+  std::uint64_t k;    // sample number
+};
 
 /// The running state of one range function over one history.
 class RunningWindow {
@@ -156,43 +166,84 @@ class RunningWindow {
     void push(double v, std::uint64_t k, bool want_max);
     void expire(std::uint64_t lo);
   };
-  /// The window's values (NaN aside) as a sorted sequence cut into blocks of
-  /// at most `cap` values: an insertion or removal binary-searches the
-  /// blocks' largest values, then moves at most `cap` values in one block;
-  /// a rank is found by summing block counts. O(W / cap + cap) per sample
-  /// with small constants, cache friendly (the treap it replaces missed the
-  /// cache at every level). Ties keep insertion order and a removal takes
-  /// the oldest value with the same bits, so the order is (value, sample
-  /// number) and kth() is a function of the window alone. Blocks split when
-  /// full and merge while two neighbours fit in half a block, so there are
-  /// at most 4 n / cap + 1; storage for that many is reserved as the window
-  /// first reaches each size (no allocation once it stops growing).
-  struct Sorted {
-    static constexpr std::uint32_t cap = 128;
-    std::vector<double> data;          // physical block b: data[b * cap, b * cap + cap)
-    std::vector<std::uint32_t> order;  // physical blocks in value order
-    std::vector<std::uint32_t> count;  // per block in value order: values held
-    std::vector<double> last;          // per block in value order: its largest value
-    std::vector<std::uint32_t> free;   // unused physical blocks
-    std::uint32_t n = 0, reserved = 0;
-    void clear();
-    void insert(double v);
-    void erase(double v);
-    [[nodiscard]] double quantile(double q) const;
+  /// One order statistic of the window (NaN aside), split at a rank r: a
+  /// max-heap of the r + 1 lowest values and a min-heap of the others, so
+  /// rank r and r + 1 (a quantile's interpolation) are the two tops. The
+  /// order is (value, sample number): ties keep insertion order, +0 and -0
+  /// are equal values, so a rank is a function of the window alone.
+  ///
+  /// Removal is lazy. Samples leave a running window oldest first, so a
+  /// node is dead exactly when its sample number is below the window's
+  /// first (`lo`): a removal only tells the heap it was in (every node of
+  /// the max-heap is below every node of the min-heap, dead or alive, so
+  /// its top tells) to count one live node less, and dead nodes are dropped
+  /// when they reach a top, or all at once when a heap holds more dead than
+  /// live nodes (O(n) then, amortised O(1) per removal). Nodes never need
+  /// their position tracked, so moving one is a plain copy.
+  ///
+  /// Both heaps are 4-ary (half the depth of a binary heap, siblings
+  /// adjacent). Costs: an insertion is O(1) expected on values that do not
+  /// trend (a new value settles near the bottom), O(log W) at worst; a
+  /// removal O(1) amortised; moving the split by one (the two sides got a
+  /// value each, or the rank moved) one pop and one push, O(log W). Each
+  /// heap is reserved for twice the window as it first reaches each size
+  /// (no allocation once it stops growing).
+  struct RankSplit {
+    using Node = OrderNode;
+    std::vector<Node> low, high;  // low: max-heap; high: min-heap (live and dead nodes)
+    std::size_t live_low = 0, live_high = 0;
+    void clear() {
+      low.clear();
+      high.clear();
+      live_low = live_high = 0;
+    }
+    [[nodiscard]] std::size_t size() const { return live_low + live_high; }
+    /// Room for a window of `values` values.
+    void reserve(std::size_t values);
+    void insert(double v, std::uint64_t k);
+    /// Sample k, of value v, left the window; `lo`: the window's first sample now.
+    void erase(double v, std::uint64_t k, std::uint64_t lo);
+    /// stdlib's quantile_of (linear interpolation between closest ranks)
+    /// over the live nodes (sample numbers from `lo`); `h` gives a zero its
+    /// sign (the value of its sample).
+    [[nodiscard]] double quantile(double q, std::uint64_t lo, const History& h);
 
    private:
-    double* block(std::size_t i) { return &data[std::size_t{order[i]} * cap]; }
-    [[nodiscard]] const double* block(std::size_t i) const {
-      return &data[std::size_t{order[i]} * cap];
+    /// Moves live tops across until the max-heap holds `n_low` live values;
+    /// both tops are live after it.
+    void split_at(std::size_t n_low, std::uint64_t lo);
+    /// Drops dead tops.
+    void settle(std::uint64_t lo);
+    /// Drops every dead node of `heap` when they outnumber its live ones.
+    template <bool High>
+    void trim(std::vector<Node>& heap, std::size_t live, std::uint64_t lo);
+    template <bool High>
+    static void sift_up(Node* heap, std::size_t i, Node x);
+    template <bool High>
+    static Node pop_top(std::vector<Node>& heap);
+    /// Pushes x, which belongs above every node of `heap`.
+    template <bool High>
+    static void push_root(std::vector<Node>& heap, Node x);
+    template <bool High>
+    static void push(std::vector<Node>& heap, Node x) {
+      heap.emplace_back();
+      sift_up<High>(heap.data(), heap.size() - 1, x);
     }
-    void reserve_for(std::uint32_t values);
-    void drop(std::size_t i);        // removes empty block i
-    void merge_into(std::size_t i);  // appends block i + 1 to block i
-    /// Block and offset of the value of rank r (0-based, r < n).
-    [[nodiscard]] std::pair<std::size_t, std::uint32_t> locate(std::uint32_t r) const;
   };
 
   void rebuild(RunKind kind, const History& h, std::uint64_t lo, std::uint64_t hi);
+  /// slope: moves the origin step to the window's first step in O(1) with
+  /// exact integer and ExactSum arithmetic (the same sums a rebuild would
+  /// make); false when it cannot (a wide or unsorted window: rebuild).
+  bool recentre_slope(const History& h);
+  /// Values held by the order statistics (NaN aside).
+  [[nodiscard]] std::size_t sorted_values() const { return split_[0].size(); }
+  /// Room in the order statistics of `kind` (if any) for `values` values.
+  void reserve_splits(RunKind kind, std::size_t values) {
+    if (kind == RunKind::median || kind == RunKind::quantile || kind == RunKind::iqr_outlier)
+      split_[0].reserve(values);
+    if (kind == RunKind::iqr_outlier) split_[1].reserve(values);
+  }
   /// Adds (Add) or removes sample k: one template, as both touch the same
   /// counts and sums with opposite signs.
   template <bool Add>
@@ -211,7 +262,7 @@ class RunningWindow {
   __int128 sd_ = 0, sdd_ = 0;
   std::vector<ExactSum> sums_;  // per kind: see window_state.cpp
   Deque deque_;
-  Sorted sorted_;
+  RankSplit split_[2];  // median/quantile: [0]; iqr_outlier: q1 [0], q3 [1]
 };
 
 }  // namespace vigil::interp

@@ -25,6 +25,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -353,14 +354,14 @@ double sorted_quantile(std::vector<double> v, double q) {
   return v[lo] + (h - static_cast<double>(lo)) * (v[lo + 1] - v[lo]);
 }
 
-// The order-statistic blocks of median/quantile/iqr_outlier
-// (RunningWindow::Sorted) driven directly: windows of up to 3000 samples
-// (dozens of blocks that split and merge) that slide by random amounts,
+// The order statistics of median/quantile/iqr_outlier (RunningWindow::RankSplit:
+// two heaps split at the quantile's rank) driven directly: windows of up to
+// 3000 samples (the rank's split moved, the position ring regrown) that slide by random amounts,
 // change length, jump and move back (rebuilds), over values with many
 // ties, both zeros and both infinities, sometimes NaN. Every value must be
 // bit-identical to a stable sort of the window, and equal to the registry's
 // kernel.
-RC_GTEST_PROP(OrderStatistics, SortedBlocksMatchASortOfTheWindow, ()) {
+RC_GTEST_PROP(OrderStatistics, RankSplitMatchesASortOfTheWindow, ()) {
   using vigil::interp::RunKind;
   const auto kind = *rc::gen::elementOf(
       std::vector<RunKind>{RunKind::median, RunKind::quantile, RunKind::iqr_outlier});
@@ -514,6 +515,91 @@ TEST(RunningWindow, SumOfCancellingTermsStaysExact) {
       ASSERT_EQ(fs.size(), 1u);
       ASSERT_EQ(*fs[0].value, 1.0) << "at step " << i;
     }
+  }
+}
+
+// var/std/zscore read n·Σx² - (Σx)² (no division before the last one); near
+// the overflow limit (samples of 8e149 and 9e149 over 20,000 samples: n·Σx²
+// is beyond 1.8e308) they fall back to Σx² - (Σx)²/n and stay right.
+TEST(RunningWindow, VarianceNearTheOverflowLimitFallsBack) {
+  constexpr int n = 20000;
+  auto compiled = vigil::compile_string(
+      "rule v: when var(x[20000]) == var(x[20000]) cooldown 1 samples do log\n"
+      "rule s: when std(x[20000]) == std(x[20000]) cooldown 1 samples do log\n"
+      "rule z: when zscore(x[20001]) == zscore(x[20001]) cooldown 1 samples do log\n",
+      "v.rules");
+  ASSERT_TRUE(compiled.ok());
+  vigil::EngineOptions options;
+  options.unbound = vigil::UnboundActions::record;
+  vigil::Engine engine(*compiled.program, options);
+  const auto x = *engine.series("x");
+  const double a = 9e149, b = 8e149;
+  std::map<std::string, double> last;
+  for (int i = 0; i < n + 1; ++i) {
+    const vigil::Sample smp{x, i % 2 == 0 ? a : b};
+    for (const auto& f : engine.observe(i, {&smp, 1})) last[f.rule_name()] = *f.value;
+  }
+  // The window of var/std: samples 1..20000, half a and half b; zscore's:
+  // the same less its latest (sample 20000, an a) against samples 0..19999.
+  const long double half = (static_cast<long double>(a) - b) / 2;
+  const double var = static_cast<double>(half * half);
+  EXPECT_NEAR(last["v"] / var, 1.0, 1e-12);
+  EXPECT_NEAR(last["s"] / std::sqrt(var), 1.0, 1e-12);
+  EXPECT_NEAR(last["z"], 1.0, 1e-9);  // a is one std above the mean of a and b
+}
+
+// slope moves its origin step to the window once the window has moved on
+// by twice its length, in O(1) (exact integer and ExactSum arithmetic, the
+// sums a rebuild would make): over a long trace with large, gappy steps and
+// a NaN now and then, every value agrees with a two-pass recompute.
+TEST(RunningWindow, SlopeRecentresExactly) {
+  // Steps 7 apart, and 1e8 apart (origin moves of ~1e10: products of three digits).
+  for (const std::int64_t spacing : {std::int64_t{7}, std::int64_t{100000007}}) {
+  SCOPED_TRACE(spacing);
+  constexpr int w = 50, n = 6000;
+  auto compiled = vigil::compile_string(
+      "rule s: when slope(x[50]) == slope(x[50]) cooldown 1 samples do log\n", "s.rules");
+  ASSERT_TRUE(compiled.ok());
+  vigil::EngineOptions options;
+  options.unbound = vigil::UnboundActions::record;
+  vigil::Engine engine(*compiled.program, options);
+  const auto x = *engine.series("x");
+  std::vector<std::int64_t> steps;
+  std::vector<double> values;
+  int checked = 0;
+  for (int i = 0; i < n; ++i) {
+    const std::int64_t step = 1000000000000LL + spacing * i + (i % 3);
+    const double v = i % 997 == 500 ? NAN : 1e6 + 100 * std::sin(i * 0.7) + 0.01 * i;
+    steps.push_back(step);
+    values.push_back(v);
+    const vigil::Sample smp{x, v};
+    const auto fs = engine.observe(step, {&smp, 1});
+    if (i + 1 < w) continue;
+    bool any_nan = false;
+    long double mx = 0, my = 0;
+    for (int k = i + 1 - w; k <= i; ++k) {
+      any_nan |= std::isnan(values[static_cast<std::size_t>(k)]);
+      mx += static_cast<long double>(steps[static_cast<std::size_t>(k)] - steps[0]);
+      my += values[static_cast<std::size_t>(k)];
+    }
+    if (any_nan) {
+      EXPECT_TRUE(fs.empty()) << "at " << i;  // NaN == NaN is false
+      continue;
+    }
+    mx /= w;
+    my /= w;
+    long double sxy = 0, sxx = 0;
+    for (int k = i + 1 - w; k <= i; ++k) {
+      const long double dx = static_cast<long double>(steps[static_cast<std::size_t>(k)] - steps[0]) - mx;
+      sxy += dx * (values[static_cast<std::size_t>(k)] - my);
+      sxx += dx * dx;
+    }
+    const double want = static_cast<double>(sxy / sxx);
+    ASSERT_EQ(fs.size(), 1u) << "at " << i;
+    ASSERT_NEAR(*fs[0].value, want, 1e-9 * std::abs(want) + 1e-12) << "at " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, n - 2 * w * (n / 997 + 1));
   }
 }
 
