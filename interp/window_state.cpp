@@ -213,19 +213,7 @@ void ExactSum::put(double x, bool negate) {
   }
   const bool minus = ((bits >> 63) != 0) != negate;
   const int i = pos >> 5;
-  const unsigned __int128 v = static_cast<unsigned __int128>(mant) << (pos & 31);
-  const auto d0 = static_cast<std::int64_t>(static_cast<std::uint64_t>(v) & 0xffffffffU);
-  const auto d1 = static_cast<std::int64_t>(static_cast<std::uint64_t>(v >> 32) & 0xffffffffU);
-  const auto d2 = static_cast<std::int64_t>(static_cast<std::uint64_t>(v >> 64));
-  if (minus) {
-    d_[i] -= d0;
-    d_[i + 1] -= d1;
-    d_[i + 2] -= d2;
-  } else {
-    d_[i] += d0;
-    d_[i + 1] += d1;
-    d_[i + 2] += d2;
-  }
+  add_at(i, static_cast<unsigned __int128>(mant) << (pos & 31), minus);
   lo_ = std::min(lo_, i);
   hi_ = std::max(hi_, i + 2);
   if (track_) {
@@ -409,19 +397,7 @@ bool ExactSum::add_scaled(ExactSum& other, std::int64_t m) {
   const auto um = static_cast<std::uint64_t>(minus ? -m : m);  // < 2^40
   for (int i = other.lo_; i <= top; ++i) {
     // < 2^72: three digits, the top one below 2^8.
-    const unsigned __int128 p = static_cast<unsigned __int128>(um) * static_cast<std::uint64_t>(src[i]);
-    const auto d0 = static_cast<std::int64_t>(static_cast<std::uint64_t>(p) & 0xffffffffU);
-    const auto d1 = static_cast<std::int64_t>(static_cast<std::uint64_t>(p >> 32) & 0xffffffffU);
-    const auto d2 = static_cast<std::int64_t>(static_cast<std::uint64_t>(p >> 64));
-    if (minus) {
-      d_[i] -= d0;
-      d_[i + 1] -= d1;
-      d_[i + 2] -= d2;
-    } else {
-      d_[i] += d0;
-      d_[i + 1] += d1;
-      d_[i + 2] += d2;
-    }
+    add_at(i, static_cast<unsigned __int128>(um) * static_cast<std::uint64_t>(src[i]), minus);
   }
   lo_ = std::min(lo_, other.lo_);
   hi_ = std::max(hi_, top + 2);

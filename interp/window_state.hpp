@@ -110,6 +110,21 @@ class ExactSum {
  private:
   static constexpr int digits = 68;
   void put(double x, bool negate);
+  /// Adds (or subtracts) a value below 2^96 placed at digit i: three digits.
+  void add_at(int i, unsigned __int128 v, bool minus) {
+    const auto d0 = static_cast<std::int64_t>(static_cast<std::uint64_t>(v) & 0xffffffffU);
+    const auto d1 = static_cast<std::int64_t>(static_cast<std::uint64_t>(v >> 32) & 0xffffffffU);
+    const auto d2 = static_cast<std::int64_t>(static_cast<std::uint64_t>(v >> 64));
+    if (minus) {
+      d_[i] -= d0;
+      d_[i + 1] -= d1;
+      d_[i + 2] -= d2;
+    } else {
+      d_[i] += d0;
+      d_[i + 1] += d1;
+      d_[i + 2] += d2;
+    }
+  }
   void normalise();
   /// The negated digits, normalised, into `neg`; returns the top non-zero one.
   int negated(std::int64_t* neg) const;

@@ -210,6 +210,20 @@ TEST_F(LimitsTest, JsonlSixtyMegabyteLineIsReadInAFewTimesItsSize) {
 }
 
 #ifdef RULECHECK_PATH
+// `rulecheck run RULES --trace TRACE` in a child that becomes rulecheck (so
+// wait4 reports rulecheck's own peak), its output in files.
+ChildCost rulecheck_run(const std::string& rules, const std::string& trace, const std::string& out,
+                        const std::string& err) {
+  return in_child([&] {
+    std::FILE* f = std::freopen(out.c_str(), "w", stdout);
+    std::FILE* g = std::freopen(err.c_str(), "w", stderr);
+    if (f == nullptr || g == nullptr) return 100;
+    ::execl(RULECHECK_PATH, "rulecheck", "run", rules.c_str(), "--trace", trace.c_str(),
+            static_cast<char*>(nullptr));
+    return 101;
+  });
+}
+
 // The same size of line through `rulecheck run`, as one 60 MB series key
 // (the case that cost 1.8 GB): read, parsed, interned once, and the rule on
 // the other series still fires on the line and after it.
@@ -222,15 +236,7 @@ TEST_F(LimitsTest, RulecheckRunReadsASixtyMegabyteKeyInAFewTimesItsSize) {
   std::ofstream(rules) << "rule high: when loss > 1 do log\n";
   const auto out = (dir_ / "out.txt").string();
   const long baseline = own_max_rss_kib();
-  const ChildCost cost = in_child([&] {
-    // The child becomes rulecheck: wait4 reports rulecheck's own peak.
-    std::FILE* f = std::freopen(out.c_str(), "w", stdout);
-    if (f == nullptr) return 100;
-    std::freopen("/dev/null", "w", stderr);
-    ::execl(RULECHECK_PATH, "rulecheck", "run", rules.c_str(), "--trace", path.c_str(),
-            static_cast<char*>(nullptr));
-    return 101;
-  });
+  const ChildCost cost = rulecheck_run(rules, path, out, "/dev/null");
   EXPECT_EQ(cost.exit_code, 1);  // a rule fired
   const std::string firings = vigil::test::slurp(out);
   EXPECT_NE(firings.find("step 1 [train] high"), std::string::npos) << firings;
@@ -268,14 +274,7 @@ TEST_F(LimitsTest, RulecheckRunReadsMillionsOfDistinctNamesInAFewTimesTheirSize)
   const auto out = (dir_ / "out.txt").string();
   const auto err = (dir_ / "err.txt").string();
   const long baseline = own_max_rss_kib();
-  const ChildCost cost = in_child([&] {
-    std::FILE* f = std::freopen(out.c_str(), "w", stdout);
-    std::FILE* g = std::freopen(err.c_str(), "w", stderr);
-    if (f == nullptr || g == nullptr) return 100;
-    ::execl(RULECHECK_PATH, "rulecheck", "run", rules.c_str(), "--trace", path.c_str(),
-            static_cast<char*>(nullptr));
-    return 101;
-  });
+  const ChildCost cost = rulecheck_run(rules, path, out, err);
   EXPECT_EQ(cost.exit_code, 1);  // a rule fired
   const std::string firings = vigil::test::slurp(out);
   EXPECT_NE(firings.find("step 1 [train] high"), std::string::npos) << firings;
