@@ -421,6 +421,15 @@ class Decoder {
   int depth_ = kMaxDepth;
 };
 
+
+// TensorFlow's DataType numbers (event.proto).
+enum DataType : std::int32_t {
+  DT_FLOAT = 1, DT_DOUBLE = 2, DT_INT32 = 3, DT_UINT8 = 4, DT_INT16 = 5, DT_INT8 = 6,
+  DT_INT64 = 9, DT_BOOL = 10, DT_BFLOAT16 = 14, DT_HALF = 19,
+};
+
+}  // namespace
+
 double half_to_double(std::uint32_t bits) {
   const std::uint32_t sign = (bits >> 15) & 1u, exponent = (bits >> 10) & 0x1Fu,
                       mantissa = bits & 0x3FFu;
@@ -438,14 +447,6 @@ double bfloat16_to_double(std::uint32_t bits) {
   std::memcpy(&f, &f32, 4);
   return f;
 }
-
-// TensorFlow's DataType numbers (event.proto).
-enum DataType : std::int32_t {
-  DT_FLOAT = 1, DT_DOUBLE = 2, DT_INT32 = 3, DT_UINT8 = 4, DT_INT16 = 5, DT_INT8 = 6,
-  DT_INT64 = 9, DT_BOOL = 10, DT_BFLOAT16 = 14, DT_HALF = 19,
-};
-
-}  // namespace
 
 bool decode_event(std::string_view data, WireEvent& out) {
   const auto* p = reinterpret_cast<const Byte*>(data.data());

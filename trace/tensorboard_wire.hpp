@@ -78,6 +78,10 @@ struct WireEvent {
 /// unspecified.
 bool decode_event(std::string_view data, WireEvent& out);
 
+/// IEEE half / bfloat16 bits (the low 16 of `bits`) as a double, exactly.
+double half_to_double(std::uint32_t bits);
+double bfloat16_to_double(std::uint32_t bits);
+
 /// The value of a tensor with exactly one element of a numeric type (float,
 /// double, int8/16/32/64, uint8, bool, half, bfloat16), from the typed field
 /// or from tensor_content; nullopt for anything else (histograms, images,

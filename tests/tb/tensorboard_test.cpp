@@ -19,6 +19,7 @@
 
 #include "trace/tensorboard_record.hpp"
 #include "tests/support/files.hpp"
+#include "tests/tb/pb_builder.hpp"
 #include "tests/support/traces.hpp"
 #include "vigil/trace.hpp"
 
@@ -79,38 +80,8 @@ class TbTest : public vigil::test::TempDirTest {};
 
 // ---- protobuf wire format, by hand ------------------------------------------
 
-struct Pb {
-  std::string s;
-  Pb& varint(std::uint64_t v) {
-    do {
-      s.push_back(static_cast<char>((v & 0x7F) | (v > 0x7F ? 0x80 : 0)));
-      v >>= 7;
-    } while (v != 0);
-    return *this;
-  }
-  Pb& key(int field, int wire) { return varint(static_cast<std::uint64_t>(field << 3 | wire)); }
-  Pb& u(int field, std::uint64_t v) { return key(field, 0).varint(v); }
-  Pb& fixed64(int field, double v) {
-    key(field, 1);
-    s.append(reinterpret_cast<const char*>(&v), 8);
-    return *this;
-  }
-  Pb& fixed32(int field, float v) {
-    key(field, 5);
-    s.append(reinterpret_cast<const char*>(&v), 4);
-    return *this;
-  }
-  Pb& bytes(int field, std::string_view b) {
-    key(field, 2).varint(b.size());
-    s.append(b);
-    return *this;
-  }
-};
-
-template <typename T>
-std::string raw(T v) {
-  return std::string(reinterpret_cast<const char*>(&v), sizeof v);
-}
+using vigil::test::le;
+using vigil::test::Pb;
 
 // TensorFlow's DataType numbers.
 enum Dtype { kFloat = 1, kDouble = 2, kInt32 = 3, kString = 7, kInt64 = 9, kBfloat16 = 14, kHalf = 19 };
@@ -124,7 +95,7 @@ Pb tensor(int dtype, std::vector<std::int64_t> dims) {
   return t;
 }
 
-std::string simple(const std::string& tag, float v) { return Pb().bytes(1, tag).fixed32(2, v).s; }
+std::string simple(const std::string& tag, float v) { return Pb().bytes(1, tag).f32(2, v).s; }
 
 std::string tensor_value(const std::string& tag, const Pb& t, const std::string& plugin = "") {
   Pb v;
@@ -137,12 +108,12 @@ std::string tensor_value(const std::string& tag, const Pb& t, const std::string&
 std::string event(std::int64_t step, double time, const std::vector<std::string>& values) {
   Pb summary;
   for (const auto& v : values) summary.bytes(1, v);
-  return Pb().fixed64(1, time).u(2, static_cast<std::uint64_t>(step)).bytes(5, summary.s).s;
+  return Pb().f64(1, time).u(2, static_cast<std::uint64_t>(step)).bytes(5, summary.s).s;
 }
 
 std::string event_file(const std::vector<std::string>& events) {
   std::string out;
-  vigil::tb::append_record(out, Pb().fixed64(1, 1.0).bytes(3, "brain.Event:2").s);
+  vigil::tb::append_record(out, Pb().f64(1, 1.0).bytes(3, "brain.Event:2").s);
   for (const auto& e : events) vigil::tb::append_record(out, e);
   return out;
 }
@@ -373,32 +344,32 @@ TEST_F(TbDamage, FollowStillReportsACorruptRecord) {
 TEST_F(TbTest, ScalarTensorVariants) {
   auto packed_floats = [](std::vector<float> v) {
     std::string s;
-    for (float f : v) s += raw(f);
+    for (float f : v) s += le(f);
     return s;
   };
   const std::vector<std::string> values = {
       simple("simple", 0.25f),
       tensor_value("float_packed", tensor(kFloat, {}).bytes(5, packed_floats({1.5f}))),
-      tensor_value("float_unpacked", tensor(kFloat, {1}).fixed32(5, -2.5f)),
-      tensor_value("double", tensor(kDouble, {}).bytes(6, raw(0.1))),
+      tensor_value("float_unpacked", tensor(kFloat, {1}).f32(5, -2.5f)),
+      tensor_value("double", tensor(kDouble, {}).bytes(6, le(0.1))),
       tensor_value("int32", tensor(kInt32, {}).bytes(7, Pb().varint(static_cast<std::uint64_t>(-7)).s)),
       tensor_value("int64", tensor(kInt64, {1, 1}).bytes(10, Pb().varint(1ull << 40).s)),
       // 0x3C00 is 1.0 in fp16, 0xC500 is -5.0, 0x0001 the smallest subnormal.
       tensor_value("half", tensor(kHalf, {}).bytes(13, Pb().varint(0xC500).s)),
       tensor_value("half_subnormal", tensor(kHalf, {}).bytes(13, Pb().varint(0x0001).s)),
       tensor_value("bfloat16", tensor(kBfloat16, {}).bytes(13, Pb().varint(0x3FC0).s)),
-      tensor_value("content_float", tensor(kFloat, {}).bytes(4, raw(3.25f))),
-      tensor_value("content_double", tensor(kDouble, {1}).bytes(4, raw(-1e300))),
-      tensor_value("content_int32", tensor(kInt32, {}).bytes(4, raw(std::int32_t{-123456}))),
-      tensor_value("content_int64", tensor(kInt64, {}).bytes(4, raw(std::int64_t{-(1ll << 50)}))),
-      tensor_value("content_half", tensor(kHalf, {}).bytes(4, raw(std::uint16_t{0x3C00}))),
-      tensor_value("content_nan", tensor(kFloat, {}).bytes(4, raw(std::nanf("")))),
+      tensor_value("content_float", tensor(kFloat, {}).bytes(4, le(3.25f))),
+      tensor_value("content_double", tensor(kDouble, {1}).bytes(4, le(-1e300))),
+      tensor_value("content_int32", tensor(kInt32, {}).bytes(4, le(std::int32_t{-123456}))),
+      tensor_value("content_int64", tensor(kInt64, {}).bytes(4, le(std::int64_t{-(1ll << 50)}))),
+      tensor_value("content_half", tensor(kHalf, {}).bytes(4, le(std::uint16_t{0x3C00}))),
+      tensor_value("content_nan", tensor(kFloat, {}).bytes(4, le(std::nanf("")))),
       // Skipped, not errors: a vector, a string, a histogram-plugin tensor,
       // content of the wrong width, a tensor with no value.
       tensor_value("vector", tensor(kFloat, {3}).bytes(5, packed_floats({1, 2, 3}))),
       tensor_value("text", tensor(kString, {}).bytes(8, "hello")),
-      tensor_value("histo", tensor(kDouble, {}).bytes(6, raw(1.0)), "histograms"),
-      tensor_value("bad_width", tensor(kFloat, {}).bytes(4, raw(1.0))),
+      tensor_value("histo", tensor(kDouble, {}).bytes(6, le(1.0)), "histograms"),
+      tensor_value("bad_width", tensor(kFloat, {}).bytes(4, le(1.0))),
       tensor_value("empty", tensor(kFloat, {})),
   };
   const auto path = write("events.out.tfevents.1", event_file({event(7, 100.5, values)}));
@@ -429,10 +400,10 @@ TEST_F(TbTest, PluginMetadataIsRememberedPerTag) {
   // values of a histogram tag carry no metadata and must still be skipped.
   const auto path = write(
       "events.out.tfevents.1",
-      event_file({event(1, 1, {tensor_value("h", tensor(kDouble, {}).bytes(6, raw(1.0)), "histograms"),
-                               tensor_value("s", tensor(kFloat, {}).bytes(5, raw(2.0f)), "scalars")}),
-                  event(2, 2, {tensor_value("h", tensor(kDouble, {}).bytes(6, raw(3.0))),
-                               tensor_value("s", tensor(kFloat, {}).bytes(5, raw(4.0f)))})}));
+      event_file({event(1, 1, {tensor_value("h", tensor(kDouble, {}).bytes(6, le(1.0)), "histograms"),
+                               tensor_value("s", tensor(kFloat, {}).bytes(5, le(2.0f)), "scalars")}),
+                  event(2, 2, {tensor_value("h", tensor(kDouble, {}).bytes(6, le(3.0))),
+                               tensor_value("s", tensor(kFloat, {}).bytes(5, le(4.0f)))})}));
   const auto r = read_all(path);
   ASSERT_FALSE(r.error);
   ASSERT_EQ(r.records.size(), 2u);

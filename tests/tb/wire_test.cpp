@@ -29,6 +29,7 @@
 #include "trace/event.pb.h"
 #include "trace/tensorboard_record.hpp"
 #include "trace/tensorboard_wire.hpp"
+#include "tests/tb/pb_builder.hpp"
 
 namespace {
 
@@ -36,23 +37,11 @@ namespace fs = std::filesystem;
 
 // ---- the reference: protobuf and the reader's former tensor_scalar ----------
 
-double half_to_double(std::uint32_t bits) {
-  const std::uint32_t sign = (bits >> 15) & 1u, exponent = (bits >> 10) & 0x1Fu,
-                      mantissa = bits & 0x3FFu;
-  double v;
-  if (exponent == 0) v = std::ldexp(static_cast<double>(mantissa), -24);
-  else if (exponent == 31) v = mantissa ? std::numeric_limits<double>::quiet_NaN()
-                                        : std::numeric_limits<double>::infinity();
-  else v = std::ldexp(static_cast<double>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
-  return sign ? -v : v;
-}
-
-double bfloat16_to_double(std::uint32_t bits) {
-  const std::uint32_t f32 = (bits & 0xFFFFu) << 16;
-  float f;
-  std::memcpy(&f, &f32, 4);
-  return f;
-}
+// The half/bfloat16 conversions are the library's (their values are checked
+// against known bit patterns in tensorboard_test.cpp); the reference differs
+// in how it finds the element.
+using vigil::tb::bfloat16_to_double;
+using vigil::tb::half_to_double;
 
 template <typename T>
 double load_le(const std::string& bytes) {
@@ -179,55 +168,8 @@ std::vector<std::string> records_of(std::string_view bytes) {
   return out;
 }
 
-struct Pb {
-  std::string s;
-  Pb& varint(std::uint64_t v) {
-    do {
-      s.push_back(static_cast<char>((v & 0x7F) | (v > 0x7F ? 0x80 : 0)));
-      v >>= 7;
-    } while (v != 0);
-    return *this;
-  }
-  // A varint padded to `n` bytes (an overlong encoding protobuf accepts).
-  Pb& overlong(std::uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) {
-      s.push_back(static_cast<char>((v & 0x7F) | (i + 1 < n ? 0x80 : 0)));
-      v >>= 7;
-    }
-    return *this;
-  }
-  Pb& key(std::uint64_t field, int wire) { return varint(field << 3 | static_cast<unsigned>(wire)); }
-  Pb& u(std::uint64_t field, std::uint64_t v) { return key(field, 0).varint(v); }
-  Pb& f64(std::uint64_t field, double v) {
-    key(field, 1);
-    s.append(reinterpret_cast<const char*>(&v), 8);
-    return *this;
-  }
-  Pb& f32(std::uint64_t field, float v) {
-    key(field, 5);
-    s.append(reinterpret_cast<const char*>(&v), 4);
-    return *this;
-  }
-  Pb& bytes(std::uint64_t field, std::string_view b) {
-    key(field, 2).varint(b.size());
-    s.append(b);
-    return *this;
-  }
-  Pb& group(std::uint64_t field, std::string_view inner) {
-    key(field, 3);
-    s.append(inner);
-    return key(field, 4);
-  }
-  Pb& raw(std::string_view b) {
-    s.append(b);
-    return *this;
-  }
-};
-
-template <typename T>
-std::string le(T v) {
-  return std::string(reinterpret_cast<const char*>(&v), sizeof v);
-}
+using vigil::test::le;
+using vigil::test::Pb;
 
 std::string nested_groups(int depth, std::uint64_t field) {
   std::string inner = Pb().u(1, 7).s;
