@@ -134,10 +134,42 @@ std::uint32_t Executor::elementwise_driver(const PlanNode& n) const {
   return first_vector != no_node ? first_vector : n.inputs[0];
 }
 
+/// The common case of rules over unlabelled metrics (`loss > 1.1 *
+/// median(loss[100])`): every input is a scalar, a lone vector or empty, so
+/// the result is at most one label-less element. Computed directly, it gives
+/// what eval_operator and the join below give (an empty input empties the
+/// result), without their column machinery. False if some input is labelled.
+bool Executor::eval_scalar(const PlanNode& n, Column& out) {
+  bool empty = false, fresh = false;
+  for (auto in : n.inputs) {
+    const Column& c = columns_[in];
+    if (c.values.empty())
+      empty = true;
+    else if (c.labels.size() != 1 || c.labels[0] != 0)
+      return false;
+  }
+  out.clear();
+  if (empty) return true;
+  args_.clear();
+  for (auto in : n.inputs) {
+    args_.push_back(columns_[in].values[0]);
+    fresh |= fresh_at(in, 0);
+  }
+  double v;
+  if (n.op == ir::Op::call)
+    v = n.fn->elementwise(args_);
+  else if (n.inputs.size() == 1)
+    v = apply_unary(n.op, args_[0]);
+  else
+    v = apply_binary(n.op, args_[0], args_[1]);
+  out.push(0, v, fresh);
+  return true;
+}
+
 /// Elementwise over 1..k inputs: vectors are joined on identical label
 /// sets; scalars, and vectors of one label-less element, broadcast.
 void Executor::eval_elementwise(const PlanNode& n, Column& out) {
-  if (eval_operator(n, out)) return;
+  if (eval_scalar(n, out) || eval_operator(n, out)) return;
   const std::size_t k = n.inputs.size();
   const std::uint32_t driver = elementwise_driver(n);
   const bool broadcast_lone = !lone(driver);

@@ -185,6 +185,7 @@ bool Executor::sparse(std::uint32_t id, const PlanNode& n, Column& out) {
   const bool over_series =
       n.op == ir::Op::selector || (n.op == ir::Op::range_call && n.selector != no_node);
   if (over_series) {
+    if (lone_series(id, n, out)) return true;
     // touched(): the selector has a sample at this observation.
     for (SeriesId sid : store_->selector_fresh[n.selector])
       changed_.push_back(store_->series[sid].labels);
@@ -214,7 +215,7 @@ bool Executor::sparse(std::uint32_t id, const PlanNode& n, Column& out) {
     }
     sorted = sources <= 1;
   }
-  if (!sorted) {
+  if (!sorted && changed_.size() > 1) {
     std::sort(changed_.begin(), changed_.end());
     changed_.erase(std::unique(changed_.begin(), changed_.end()), changed_.end());
   }
@@ -229,6 +230,35 @@ bool Executor::sparse(std::uint32_t id, const PlanNode& n, Column& out) {
   for (auto l : changed_) sparse_element(id, n, l);
   apply(out);
   out.delta.swap(changed_);
+  out.full = false;
+  return true;
+}
+
+/// sparse() of a selector, or a range over one, whose only member is an
+/// unlabelled series with a sample now (`loss`): the column is that one
+/// element, so it is written directly, without the label bookkeeping.
+bool Executor::lone_series(std::uint32_t id, const PlanNode& n, Column& out) {
+  const auto& members = store_->members[n.selector];
+  const auto& fresh = store_->selector_fresh[n.selector];
+  if (members.size() != 1 || fresh.size() != 1 || out.labels.size() > 1) return false;
+  const SeriesId sid = members[0];
+  const Series& s = store_->series[sid];
+  if (s.labels != 0 || fresh[0] != sid || s.stamp != at_.obs) return false;
+  if (n.op == ir::Op::range_call && n.fn->kind == stdlib::FnKind::clock) return false;
+  out.clear();
+  if (n.op == ir::Op::selector) {
+    if (s.hist.size != 0) out.push(0, s.hist.value[s.hist.newest()], true);
+  } else if (const RunKind kind = run_kind_[id]; kind == RunKind::none) {
+    reduce(n, kind, nullptr, s.hist, 0, true, out);
+  } else {
+    // running_ids_ is a subsequence of the members: empty or this one.
+    if (running_ids_[id].empty()) {
+      running_ids_[id].push_back(sid);
+      running_[id].emplace_back();
+    }
+    reduce(n, kind, running_[id].data(), s.hist, 0, true, out);
+  }
+  out.delta.assign(1, 0);
   out.full = false;
   return true;
 }
@@ -334,11 +364,11 @@ void Executor::sparse_elementwise(const PlanNode& n, std::uint32_t label) {
 }
 
 /// Merges updates_ (sorted by label) into `out`: in place when they are few
-/// (a new label set is usually the largest id: an append), else by one
-/// linear merge.
+/// (a new label set is usually the largest id: an append; one update is the
+/// usual case of an unlabelled series), else by one linear merge.
 void Executor::apply(Column& out) {
   const std::size_t n = out.labels.size();
-  if (updates_.size() * 16 < n) {
+  if (updates_.size() == 1 || updates_.size() * 16 < n) {
     for (const Update& u : updates_) {
       auto it = std::lower_bound(out.labels.begin(), out.labels.end(), u.label);
       const auto i = it - out.labels.begin();

@@ -119,6 +119,7 @@ class Executor {
   /// The changed labels of input `in` at this observation (none if it was
   /// not recomputed); false if it was recomputed whole.
   bool input_delta(std::uint32_t in, bool fresh_only);
+  bool lone_series(std::uint32_t id, const PlanNode& n, Column& out);
   /// Element `label` of node n computed from its inputs' elements.
   void sparse_element(std::uint32_t id, const PlanNode& n, std::uint32_t label);
   void sparse_elementwise(const PlanNode& n, std::uint32_t label);
@@ -142,6 +143,7 @@ class Executor {
   void eval_age(const PlanNode& n, Column& out);
   void eval_expr_range(std::uint32_t id, const PlanNode& n, Column& out);
   // execute_operator.cpp
+  bool eval_scalar(const PlanNode& n, Column& out);
   bool eval_operator(const PlanNode& n, Column& out);
   void eval_elementwise(const PlanNode& n, Column& out);
 

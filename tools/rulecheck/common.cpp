@@ -388,32 +388,38 @@ void Replay::intern(const vigil::Observation& obs) {
     if (it == ids_.end()) {
       const Key kind = classify(key);
       if (kind == Key::read) {
-        it = ids_.emplace(key, kind).first;
+        it = ids_.emplace(key, Seen{kind, 0, std::nullopt}).first;
+        ++generation_;
       } else {
         if (unread_keys_ < max_unread_keys && key.size() <= max_remembered_key_bytes) {
-          ids_.emplace(key, kind);
+          ids_.emplace(key, Seen{kind, 0, std::nullopt});
           ++unread_keys_;
         }
         continue;
       }
     }
-    if (it->second != Key::read) continue;
-    // Asked each time: the engine moves a name from an alias to the trace's
-    // own series of that name when the latter first appears.
-    const auto drops = engine_.stats().label_limit_drops;
-    const auto id = engine_.series(key);
-    if (!id && engine_.stats().label_limit_drops != drops) {
-      // One warning per trace, at the first refused label set.
-      if (!label_limit_warned_) {
-        label_limit_warned_ = true;
-        print_err(fmt::format(
-            "{}: warning: series '{}' has more than {} label sets; samples of new label sets "
-            "are ignored (raise the limit with --max-label-sets N, 0 for none)\n",
-            trace_, escape_controls(key.substr(0, key.find('{'))), max_label_sets_));
+    Seen& seen = it->second;
+    if (seen.kind != Key::read) continue;
+    // Asked again after a new key: the engine moves a name from an alias to
+    // the trace's own series of that name when the latter first appears.
+    if (seen.generation != generation_) {
+      const auto drops = engine_.stats().label_limit_drops;
+      seen.id = engine_.series(key);
+      seen.generation = generation_;
+      if (!seen.id && engine_.stats().label_limit_drops != drops) {
+        // One warning per trace, at the first refused label set.
+        if (!label_limit_warned_) {
+          label_limit_warned_ = true;
+          print_err(fmt::format(
+              "{}: warning: series '{}' has more than {} label sets; samples of new label sets "
+              "are ignored (raise the limit with --max-label-sets N, 0 for none)\n",
+              trace_, escape_controls(key.substr(0, key.find('{'))), max_label_sets_));
+        }
+        ids_.erase(it);  // not remembered: a flood of new label sets must not grow memory
+        continue;
       }
-      ids_.erase(it);  // not remembered: a flood of new label sets must not grow memory
-      continue;
     }
+    const auto id = seen.id;
     if (!id) continue;  // lost a name collision (warned about in note_owner)
     if (*id >= slot_.size()) slot_.resize(*id + 1, {0, 0});
     auto& [stamp, index] = slot_[*id];

@@ -146,7 +146,17 @@ class Replay {
   NameSet reads_;          // series names rules read (rule side)
   NameSet watched_;        // those, and names written joined by '/' (`train/loss`)
   NameSet watched_modes_;  // modes rules run `in`
-  std::unordered_map<std::string, Key> ids_;  // trace keys seen (bounded, see above)
+  /// A trace key seen, and for a read key its engine id as of `generation`.
+  struct Seen {
+    Key kind;
+    std::uint64_t generation = 0;  // 0: not asked yet
+    std::optional<vigil::SeriesId> id;
+  };
+  std::unordered_map<std::string, Seen> ids_;  // trace keys seen (bounded, see above)
+  /// Bumped whenever a key new to the engine is interned: only then can the
+  /// engine hand an existing key's name to another series (an exact name
+  /// taking it over from an alias), so ids asked since stay valid.
+  std::uint64_t generation_ = 1;
   std::size_t unread_keys_ = 0;               // of them, not read or malformed
   std::size_t malformed_warnings_ = 0;
   // rule-side key -> (trace key read as it, read under its own name)
