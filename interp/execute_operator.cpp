@@ -141,35 +141,45 @@ std::uint32_t Executor::elementwise_driver(const PlanNode& n) const {
 /// result), without their column machinery. False if some input is labelled.
 bool Executor::eval_scalar(const PlanNode& n, Column& out) {
   bool empty = false, fresh = false;
-  for (auto in : n.inputs) {
-    const Column& c = columns_[in];
-    if (c.values.empty())
+  for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+    const Column& c = columns_[n.inputs[i]];
+    if (c.values.empty()) {
       empty = true;
-    else if (c.labels.size() != 1 || c.labels[0] != 0)
-      return false;
+    } else {
+      if (c.labels.size() != 1 || c.labels[0] != 0) return false;
+      fresh |= fresh_at(n.inputs[i], 0);
+    }
   }
-  out.clear();
-  if (empty) return true;
-  args_.clear();
-  for (auto in : n.inputs) {
-    args_.push_back(columns_[in].values[0]);
-    fresh |= fresh_at(in, 0);
+  if (empty) {
+    out.clear();
+    return true;
   }
+  auto arg = [&](std::size_t i) { return columns_[n.inputs[i]].values[0]; };
   double v;
-  if (n.op == ir::Op::call)
+  if (n.op == ir::Op::call) {
+    args_.clear();
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) args_.push_back(arg(i));
     v = n.fn->elementwise(args_);
-  else if (n.inputs.size() == 1)
-    v = apply_unary(n.op, args_[0]);
-  else
-    v = apply_binary(n.op, args_[0], args_[1]);
-  out.push(0, v, fresh);
+  } else if (n.inputs.size() == 1) {
+    v = apply_unary(n.op, arg(0));
+  } else {
+    v = apply_binary(n.op, arg(0), arg(1));
+  }
+  if (out.values.size() != 1) {
+    out.clear();
+    out.push(0, v, fresh);
+  } else {
+    out.labels[0] = 0;
+    out.values[0] = v;
+    out.fresh[0] = fresh;
+  }
   return true;
 }
 
 /// Elementwise over 1..k inputs: vectors are joined on identical label
 /// sets; scalars, and vectors of one label-less element, broadcast.
 void Executor::eval_elementwise(const PlanNode& n, Column& out) {
-  if (eval_scalar(n, out) || eval_operator(n, out)) return;
+  if (eval_operator(n, out)) return;
   const std::size_t k = n.inputs.size();
   const std::uint32_t driver = elementwise_driver(n);
   const bool broadcast_lone = !lone(driver);

@@ -49,26 +49,32 @@ void Executor::evaluate(const SeriesStore& store, const Observe& at) {
       out.computed = at_.obs;
       continue;
     }
-    out.clear();
-    switch (n.op) {
-      case ir::Op::selector: eval_selector(n, out); break;
-      case ir::Op::range_call:
-        if (n.selector == no_node)
-          eval_expr_range(id, n, out);
-        else
-          eval_range(id, n, out);
-        break;
-      case ir::Op::call:
-        if (n.fn->kind == stdlib::FnKind::aggregate)
-          eval_aggregate(n, out);
-        else if (n.fn->kind == stdlib::FnKind::fallback)
-          eval_fallback(id, n, out);
-        else if (n.fn->kind == stdlib::FnKind::stateful)
-          eval_stateful(id, n, out);
-        else
-          eval_elementwise(n, out);
-        break;
-      default: eval_elementwise(n, out); break;
+    // Operators and elementwise calls over scalars or lone elements: one
+    // value, written over the column's (execute_operator.cpp).
+    const bool elementwise = n.op != ir::Op::selector && n.op != ir::Op::range_call &&
+                             (n.op != ir::Op::call || n.fn->kind == stdlib::FnKind::elementwise);
+    if (!elementwise || !eval_scalar(n, out)) {
+      out.clear();
+      switch (n.op) {
+        case ir::Op::selector: eval_selector(n, out); break;
+        case ir::Op::range_call:
+          if (n.selector == no_node)
+            eval_expr_range(id, n, out);
+          else
+            eval_range(id, n, out);
+          break;
+        case ir::Op::call:
+          if (n.fn->kind == stdlib::FnKind::aggregate)
+            eval_aggregate(n, out);
+          else if (n.fn->kind == stdlib::FnKind::fallback)
+            eval_fallback(id, n, out);
+          else if (n.fn->kind == stdlib::FnKind::stateful)
+            eval_stateful(id, n, out);
+          else
+            eval_elementwise(n, out);
+          break;
+        default: eval_elementwise(n, out); break;
+      }
     }
     out.full = true;
     out.delta.clear();
