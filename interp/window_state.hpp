@@ -18,7 +18,7 @@
 // restore_state, after a window moved backwards, after samples it needed
 // were evicted) gives bit-identical values, and checkpoint/resume stays
 // exact without saving it. var/std/zscore/slope combine the exact sums in
-// double-double arithmetic (about 2^-96 at worst relative to the sums of squares
+// double-double arithmetic (about 2^-100 relative to the sums of squares
 // before cancellation): see docs/performance.md for the bound. slope
 // measures steps from an origin step re-chosen as the window moves (so that
 // nanosecond steps keep their precision): its value after a rebuild agrees
