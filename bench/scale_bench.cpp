@@ -12,8 +12,10 @@
 //                        the label sets it changes)
 //   BM_LabelSets_StepWindow/L  the same with a window by steps (`x[10 steps]`),
 //                        which can change without a sample: linear in L
-//   BM_Window_<fn>/W     one rule over fn(loss[W]): flat in W for mean and
-//                        max (running windows), log W for median
+//   BM_Window_<fn>/W     one rule over fn(loss[W]): flat in W for mean, max
+//                        and var (running windows), O(1) expected for median
+//                        on values that do not trend (two heaps split at the
+//                        rank), memory linear in W
 //   BM_TraceSize/T       the 10-rule workload over a trace of T observations:
 //                        flat per observation, memory flat (windows bounded)
 //
@@ -232,9 +234,10 @@ BENCHMARK(BM_LabelSets_StepWindow)->Arg(10)->Arg(100)->Arg(1000)->Arg(10000);
 
 // ---- window length -------------------------------------------------------------
 
-void window(benchmark::State& state, const char* fn) {
+/// `threshold`: one the value crosses (uniform values: var is about 1/12).
+void window(benchmark::State& state, const char* fn, double threshold = 0.1) {
   const int w = static_cast<int>(state.range(0));
-  const auto program = compile(fmt::format("rule r: when {}(loss[{}]) > 0.1 do log\n", fn, w));
+  const auto program = compile(fmt::format("rule r: when {}(loss[{}]) > {} do log\n", fn, w, threshold));
   const auto pool = value_pool(4096);
   std::vector<vigil::SeriesId> ids;
   run(state, program, options(), w + 10, [&](vigil::Engine& e, std::int64_t step, auto& samples) {
@@ -248,9 +251,11 @@ void window(benchmark::State& state, const char* fn) {
 void BM_Window_mean(benchmark::State& state) { window(state, "mean"); }
 void BM_Window_max(benchmark::State& state) { window(state, "max"); }
 void BM_Window_median(benchmark::State& state) { window(state, "median"); }
+void BM_Window_var(benchmark::State& state) { window(state, "var", 0.05); }
 BENCHMARK(BM_Window_mean)->Arg(10)->Arg(1000)->Arg(100000);
 BENCHMARK(BM_Window_max)->Arg(10)->Arg(1000)->Arg(100000);
 BENCHMARK(BM_Window_median)->Arg(10)->Arg(1000)->Arg(100000);
+BENCHMARK(BM_Window_var)->Arg(10)->Arg(1000)->Arg(100000);
 
 // ---- trace size ----------------------------------------------------------------
 

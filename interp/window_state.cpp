@@ -50,8 +50,20 @@ DoubleDouble fast_two_sum(double a, double b) {
   const double s = a + b;
   return {s, b - (s - a)};
 }
+/// a·b as p + e exactly. std::fma is a library call without -mfma (this
+/// code is built for any x86-64), so Dekker's product is used wherever its
+/// splits cannot overflow and the error term cannot underflow: the same
+/// exact e, so the same bits as fma.
 DoubleDouble two_prod(double a, double b) {
   const double p = a * b;
+  const double ap = std::abs(p);
+  if (std::abs(a) < 0x1p900 && std::abs(b) < 0x1p900 && ap > 0x1p-900 && ap < 0x1p900) [[likely]] {
+    constexpr double split = 0x1p27 + 1;
+    const double ca = split * a, cb = split * b;
+    const double ah = ca - (ca - a), al = a - ah;
+    const double bh = cb - (cb - b), bl = b - bh;
+    return {p, ((ah * bh - p) + ah * bl + al * bh) + al * bl};
+  }
   return {p, std::fma(a, b, -p)};
 }
 DoubleDouble dd_mul(DoubleDouble a, DoubleDouble b) {
@@ -193,11 +205,52 @@ double slope_of(__int128 sd, __int128 sdd, ExactSum& sy, ExactSum& sdy, double n
 
 void ExactSum::clear() {
   std::memset(d_, 0, sizeof d_);
+  std::memset(a_, 0, sizeof a_);
+  fast_ = true;
+  e_ = -1;
   lo_ = digits;
   hi_ = -1;
-  ops_ = 0;
+  ops_ = slow_ops_ = 0;
   s_ = c_ = err_ = 0;
 }
+
+namespace {
+
+/// a += b (minus false) or a -= b (minus true), four-word two's complement,
+/// without a branch on the sign: a + (b ^ ~0) + 1 = a - b.
+inline void add_words(std::uint64_t* a, const std::uint64_t* b, bool minus) {
+  const std::uint64_t mask = 0 - static_cast<std::uint64_t>(minus);
+  std::uint64_t carry = minus ? 1 : 0;
+  for (int i = 0; i < 4; ++i) {
+    const unsigned __int128 t = static_cast<unsigned __int128>(a[i]) + (b[i] ^ mask) + carry;
+    a[i] = static_cast<std::uint64_t>(t);
+    carry = static_cast<std::uint64_t>(t >> 64);
+  }
+}
+
+/// a += t (minus false) or a -= t (minus true), t = (t0, t1, t2, t3) in
+/// registers: the hot path's version of add_words, unrolled.
+inline void add_words(std::uint64_t* a, std::uint64_t t0, std::uint64_t t1, std::uint64_t t2,
+                      std::uint64_t t3, bool minus) {
+  const std::uint64_t mask = 0 - static_cast<std::uint64_t>(minus);
+  unsigned __int128 s = static_cast<unsigned __int128>(a[0]) + (t0 ^ mask) + (minus ? 1 : 0);
+  a[0] = static_cast<std::uint64_t>(s);
+  s = static_cast<unsigned __int128>(a[1]) + (t1 ^ mask) + static_cast<std::uint64_t>(s >> 64);
+  a[1] = static_cast<std::uint64_t>(s);
+  s = static_cast<unsigned __int128>(a[2]) + (t2 ^ mask) + static_cast<std::uint64_t>(s >> 64);
+  a[2] = static_cast<std::uint64_t>(s);
+  a[3] = a[3] + (t3 ^ mask) + static_cast<std::uint64_t>(s >> 64);
+}
+
+/// |a| into m; true if a is negative.
+inline bool magnitude(const std::uint64_t* a, std::uint64_t* m) {
+  const bool minus = (a[3] >> 63) != 0;
+  m[0] = m[1] = m[2] = m[3] = 0;
+  add_words(m, a[0], a[1], a[2], a[3], minus);  // 0 - a, or 0 + a
+  return minus;
+}
+
+}  // namespace
 
 void ExactSum::put(double x, bool negate) {
   std::uint64_t bits;
@@ -212,10 +265,47 @@ void ExactSum::put(double x, bool negate) {
     pos = biased - 1;
   }
   const bool minus = ((bits >> 63) != 0) != negate;
-  const int i = pos >> 5;
-  add_at(i, static_cast<unsigned __int128>(mant) << (pos & 31), minus);
-  lo_ = std::min(lo_, i);
-  hi_ = std::max(hi_, i + 2);
+  bool added = false;
+  if (fast_) {
+    // Placed by its lowest set bit: a two-product's rest is a short number
+    // far below its mantissa's bit 0.
+    const int tz = std::countr_zero(mant);
+    const int low = pos + tz;
+    // The first summand sets the anchor, with room for 64 lower bits.
+    if (e_ < 0) e_ = std::max(0, low - 64);
+    int o = low - e_;
+    // Lower than the anchor: move the anchor down if the sum has room.
+    if (o < 0 && reanchor(low)) o = low - e_;
+    if (o >= 0 && o <= fast_span) [[likely]] {
+      // mt·2^o as four words, selected in registers (w <= 2).
+      const unsigned __int128 v = static_cast<unsigned __int128>(mant >> tz) << (o & 63);
+      const auto vl = static_cast<std::uint64_t>(v), vh = static_cast<std::uint64_t>(v >> 64);
+      const int w = o >> 6;
+      add_words(a_, w == 0 ? vl : 0, w == 0 ? vh : w == 1 ? vl : 0, w == 1 ? vh : w == 2 ? vl : 0,
+                w == 2 ? vh : 0, minus);
+      added = true;
+      // Each summand is below 2^223: 2^30 of them keep a sum below 2^224
+      // within 2^255; then the sum is checked against 2^224 again.
+      if (++ops_ >= (1U << 30)) {
+        ops_ = 0;
+        std::uint64_t m[4];
+        magnitude(a_, m);
+        if ((m[3] >> 32) != 0) spill();
+      }
+    } else {
+      spill();
+    }
+  }
+  if (!added) {
+    const int i = pos >> 5;
+    add_at(i, static_cast<unsigned __int128>(mant) << (pos & 31), minus);
+    lo_ = std::min(lo_, i);
+    hi_ = std::max(hi_, i + 2);
+    // Each digit moves by < 2^32 per call: 2^30 calls stay far from int64's range.
+    if (++ops_ >= (1U << 30)) normalise();
+    // Back to the fast form now and then (a far-off summand may have left).
+    if (++slow_ops_ >= 4096) compact();
+  }
   if (track_) {
     // Neumaier: the rounding error of s_ + y is exact and goes into c_;
     // adding it to c_ rounds by at most 2^-53 |c_| (2^-51 here also covers
@@ -226,8 +316,156 @@ void ExactSum::put(double x, bool negate) {
     s_ = t;
     err_ += std::abs(c_) * 0x1p-51;
   }
-  // Each digit moves by < 2^32 per call: 2^30 calls stay far from int64's range.
-  if (++ops_ >= (1U << 30)) normalise();
+}
+
+bool ExactSum::reanchor(int low) {
+  const int e = std::max(0, low - 32);
+  const int k = e_ - e;  // > 0: the sum's words move up by k bits
+  std::uint64_t m[4];
+  const bool minus = magnitude(a_, m);
+  int top = -1;
+  for (int i = 3; i >= 0; --i)
+    if (m[i] != 0) {
+      top = 64 * i + 63 - std::countl_zero(m[i]);
+      break;
+    }
+  if (top + k > 222) return false;  // the sum would leave the fast range
+  if (top >= 0) {
+    std::uint64_t r[4] = {0, 0, 0, 0};
+    const int w = k >> 6, sh = k & 63;
+    for (int i = 3; i >= w; --i) {
+      r[i] = m[i - w] << sh;
+      if (sh != 0 && i - w - 1 >= 0) r[i] |= m[i - w - 1] >> (64 - sh);
+    }
+    std::memset(a_, 0, sizeof a_);
+    add_words(a_, r, minus);
+  }
+  e_ = e;
+  return true;
+}
+
+void ExactSum::put_square(double x, bool negate) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
+  if (fast_ && biased >= 600 && e_ >= 0) {
+    // |x| >= 2^-423: x = mt·2^(low - 1074) with mt odd, x·x = mt²·2^(2 low - 2148),
+    // whose lowest bit is at 2 low - 1074 >= 0 (two_prod is exact here: the
+    // same sum as its two halves).
+    std::uint64_t mant = (bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52);
+    const int tz = std::countr_zero(mant);
+    mant >>= tz;
+    const int low2 = 2 * (biased - 1 + tz) - 1074;
+    const int o = low2 - e_;
+    // mt² < 2^106 at o <= 117 stays below 2^223, within three words.
+    if (o >= 0 && o <= 117) [[likely]] {
+      add_fast(static_cast<unsigned __int128>(mant) * mant, o, negate);
+      return;
+    }
+  }
+  const DoubleDouble sq = two_prod(x, x);
+  put(sq.hi, negate);
+  put(sq.lo, negate);
+}
+
+void ExactSum::add_fast(unsigned __int128 v, int o, bool minus) {
+  const int sh = o & 63, w = o >> 6;  // w <= 1
+  const unsigned __int128 lo = v << sh;
+  const auto top = sh == 0 ? std::uint64_t{0} : static_cast<std::uint64_t>(v >> (128 - sh));
+  const auto l0 = static_cast<std::uint64_t>(lo), l1 = static_cast<std::uint64_t>(lo >> 64);
+  add_words(a_, w == 0 ? l0 : 0, w == 0 ? l1 : l0, w == 0 ? top : l1, w == 0 ? 0 : top, minus);
+  if (++ops_ >= (1U << 30)) {
+    ops_ = 0;
+    std::uint64_t m[4];
+    magnitude(a_, m);
+    if ((m[3] >> 32) != 0) spill();
+  }
+}
+
+void ExactSum::put_product(std::int64_t d, double y, bool negate) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &y, sizeof bits);
+  const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
+  if (d == 0 || (biased == 0 && (bits << 1) == 0)) return;  // a zero product
+  if (fast_ && biased != 0 && e_ >= 0) {
+    // y = mt·2^(low - 1074), d·y = (|d|·mt)·2^(low - 1074): below 2^93.
+    std::uint64_t mant = (bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52);
+    const int tz = std::countr_zero(mant);
+    mant >>= tz;
+    const int o = biased - 1 + tz - e_;
+    if (o >= 0 && o <= 117) [[likely]] {
+      const auto ud = static_cast<std::uint64_t>(d < 0 ? -d : d);
+      const bool minus = ((d < 0) != ((bits >> 63) != 0)) != negate;
+      add_fast(static_cast<unsigned __int128>(ud) * mant, o, minus);
+      return;
+    }
+  }
+  const DoubleDouble p = two_prod(static_cast<double>(d), y);
+  put(p.hi, negate);
+  put(p.lo, negate);
+}
+
+void ExactSum::spill() {
+  fast_ = false;
+  slow_ops_ = 0;
+  if (e_ >= 0) {
+    std::uint64_t m[4];
+    const bool minus = magnitude(a_, m);
+    // Eight 32-bit pieces at bit e_ + 32 c: two digits each. The digits are
+    // all zero in the fast form.
+    for (int c = 0; c < 8; ++c) {
+      const std::uint64_t piece = (m[c >> 1] >> (32 * (c & 1))) & 0xffffffffU;
+      if (piece == 0) continue;
+      const int bit = e_ + 32 * c;
+      const int i = bit >> 5;
+      const std::uint64_t v = piece << (bit & 31);
+      const auto d0 = static_cast<std::int64_t>(v & 0xffffffffU);
+      const auto d1 = static_cast<std::int64_t>(v >> 32);
+      d_[i] += minus ? -d0 : d0;
+      // The sum is below 2^1055 (2^31 doubles): a non-zero d1 is within the digits.
+      if (d1 != 0) d_[i + 1] += minus ? -d1 : d1;
+      lo_ = std::min(lo_, i);
+      hi_ = std::max(hi_, i + 1);
+    }
+  }
+  ops_ = 2;
+  std::memset(a_, 0, sizeof a_);
+  e_ = -1;
+}
+
+void ExactSum::compact() {
+  slow_ops_ = 0;
+  normalise();
+  std::uint64_t m[4] = {0, 0, 0, 0};
+  int e = -1;
+  bool minus = false;
+  if (hi_ >= lo_) {
+    // The magnitude's normalised digits (each in [0, 2^32)).
+    std::int64_t neg[digits];
+    const std::int64_t* src = d_;
+    int top = hi_;
+    if (d_[hi_] < 0) {
+      top = negated(neg);
+      src = neg;
+      minus = true;
+    }
+    e = std::max(0, 32 * lo_ - 64);
+    if (32 * (top + 1) - e > 222) return;  // too wide: stays in the digits
+    for (int i = lo_; i <= top; ++i) {
+      const auto v = static_cast<std::uint64_t>(src[i]);
+      const int bit = 32 * i - e, w = bit >> 6, sh = bit & 63;
+      m[w] |= v << sh;
+      if (sh > 32) m[w + 1] |= v >> (64 - sh);
+    }
+  }
+  std::memset(a_, 0, sizeof a_);
+  add_words(a_, m, minus);
+  e_ = e;
+  fast_ = true;
+  std::memset(d_, 0, sizeof d_);
+  lo_ = digits;
+  hi_ = -1;
+  ops_ = 0;
 }
 
 void ExactSum::normalise() {
@@ -291,28 +529,116 @@ double round_digits(const std::int64_t* d, int lo, int top) {
   return std::ldexp(r, shift + 32 * (top - 2) - 1074);
 }
 
-/// hi + lo of the digit string (top digit `top` non-zero): hi its top 96
-/// bits rounded, lo what is left of them plus the next digit (about 2^-97
-/// of the value at worst, when the top digit is 1). The same pair as a
-/// 128-bit conversion gives, without its library calls.
-DoubleDouble dd_digits(const std::int64_t* d, int lo, int top) {
-  // d_top 2^64 >= 2^64 > d_top-1 2^32: a fast two-sum is exact, and its
-  // error is an integer below 2^43, so adding digit top - 2 is exact too;
-  // a second one gives hi = the top 96 bits rounded and their exact rest,
-  // small enough to take the next digit without rounding away its bits
-  // (adding that digit before hi absorbs the top ones would, when the top
-  // digit is small).
-  const DoubleDouble s = fast_two_sum(static_cast<double>(digit_at(d, lo, top)) * 0x1p64,
-                                      static_cast<double>(digit_at(d, lo, top - 1)) * 0x1p32);
-  const DoubleDouble v = fast_two_sum(s.hi, s.lo + static_cast<double>(digit_at(d, lo, top - 2)));
-  const double below = top - 3 >= lo ? static_cast<double>(d[top - 3]) * 0x1p-32 : 0.0;
-  const double rem = v.lo + below;
-  if (top - 2 >= 1 && top - 2 < 64) {
-    const double scale = digit_scale(top - 2) * 2;
-    return fast_two_sum(v.hi * scale, rem * scale);
+/// 2^k, exactly, for -1074 <= k <= 1023.
+double pow2(int k) {
+  const std::uint64_t bits = k >= -1022 ? static_cast<std::uint64_t>(k + 1023) << 52
+                                        : std::uint64_t{1} << (k + 1074);
+  return std::bit_cast<double>(bits);
+}
+
+/// The non-zero magnitude m (four words) rounded to nearest, ties to even,
+/// as r·2^shift: r an integer-valued double (at most 2^62). Its top 62 bits
+/// with a sticky bit for everything below round like the exact value in
+/// the hardware's int64 -> double conversion.
+struct Rounded {
+  double r;
+  int shift;
+};
+Rounded round_words(const std::uint64_t* m) {
+  int t = 3;
+  while (m[t] == 0) --t;
+  const int b = 64 * t + 63 - std::countl_zero(m[t]);  // the top bit
+  if (b < 62) return {static_cast<double>(static_cast<std::int64_t>(m[0])), 0};
+  const int shift = b - 61, w = shift >> 6, sh = shift & 63;
+  std::uint64_t top = m[w] >> sh;
+  if (sh != 0 && w + 1 < 4) top |= m[w + 1] << (64 - sh);
+  bool sticky = (m[w] & ((std::uint64_t{1} << sh) - 1)) != 0;
+  for (int i = 0; i < w; ++i) sticky |= m[i] != 0;
+  return {static_cast<double>(static_cast<std::int64_t>(top | (sticky ? 1 : 0))), shift};
+}
+
+/// The top set bit of x (not 0).
+inline int top_bit(unsigned __int128 x) {
+  const auto h = static_cast<std::uint64_t>(x >> 64);
+  return h != 0 ? 127 - std::countl_zero(h) : 63 - std::countl_zero(static_cast<std::uint64_t>(x));
+}
+
+/// The low `n` bits of x (0 <= n < 128).
+inline unsigned __int128 low_bits(unsigned __int128 x, int n) {
+  return x & ((static_cast<unsigned __int128>(1) << n) - 1);
+}
+
+/// x (non-zero) rounded to nearest, ties to even, as a double.
+inline double round_u128(unsigned __int128 x) {
+  if ((x >> 62) == 0) return static_cast<double>(static_cast<std::int64_t>(x));
+  const int sh = top_bit(x) - 61;
+  const auto top = static_cast<std::uint64_t>(x >> sh) | (low_bits(x, sh) != 0 ? 1 : 0);
+  return static_cast<double>(static_cast<std::int64_t>(top)) * pow2(sh);  // exact: a normal double
+}
+
+/// The canonical double-double of a·2^(e - 1074) (a: four-word two's
+/// complement): hi correctly rounded, lo the rest correctly rounded. A sum
+/// of doubles is a multiple of 2^-1074, so below 2^-1022 it has at most 52
+/// significant bits and r·2^k is exact there too: one rounding in all.
+DoubleDouble words_dd(const std::uint64_t* a, int e, bool want_lo) {
+  std::uint64_t m[4];
+  const bool minus = magnitude(a, m);
+  const unsigned __int128 lo = (static_cast<unsigned __int128>(m[1]) << 64) | m[0];
+  const unsigned __int128 hi = (static_cast<unsigned __int128>(m[3]) << 64) | m[2];
+  if ((lo | hi) == 0) return {0.0, 0.0};
+  // The top 62 bits from bit `shift`, and a sticky bit for the rest.
+  const int b = hi != 0 ? 128 + top_bit(hi) : top_bit(lo);
+  int shift = 0;
+  std::uint64_t top;
+  bool sticky = false;
+  if (b < 62) {
+    top = static_cast<std::uint64_t>(lo);
+  } else {
+    shift = b - 61;
+    if (shift >= 128) {
+      top = static_cast<std::uint64_t>(hi >> (shift - 128));
+      sticky = lo != 0 || low_bits(hi, shift - 128) != 0;
+    } else {
+      top = static_cast<std::uint64_t>((lo >> shift) | (shift > 0 ? hi << (128 - shift) : 0));
+      sticky = low_bits(lo, shift) != 0;
+    }
   }
-  const int e = 32 * (top - 2) - 1074;
-  return fast_two_sum(std::ldexp(v.hi, e), std::ldexp(rem, e));
+  const double r = static_cast<double>(static_cast<std::int64_t>(top | (sticky ? 1 : 0)));
+  const double h = r * pow2(shift + e - 1074);
+  if (!want_lo || !std::isfinite(h)) return {minus ? -h : h, 0.0};
+  double l;
+  if (shift <= 100) {
+    // The rest, m - r·2^shift = (top - r)·2^shift + (m's bits below shift),
+    // with |top - r| <= 2^9: within 2^110, one signed 128-bit number.
+    const __int128 rest = (static_cast<__int128>(static_cast<std::int64_t>(top) -
+                                                 static_cast<std::int64_t>(r))
+                           << shift) +
+                          static_cast<__int128>(shift > 0 ? low_bits(lo, shift) : 0);
+    if (rest == 0) {
+      l = 0.0;
+    } else {
+      const double x = round_u128(static_cast<unsigned __int128>(rest < 0 ? -rest : rest)) * pow2(e - 1074);
+      l = rest < 0 ? -x : x;
+    }
+  } else {
+    // A sum spanning more than 160 bits: the rest in four words.
+    const auto ri = static_cast<std::uint64_t>(r);
+    std::uint64_t rw[4] = {0, 0, 0, 0};
+    const int w = shift >> 6, sh = shift & 63;
+    rw[w] = ri << sh;
+    if (w + 1 < 4) rw[w + 1] = (ri >> 1) >> (63 - sh);
+    add_words(m, rw, true);
+    std::uint64_t rest[4];
+    const bool rest_minus = magnitude(m, rest);
+    l = 0.0;
+    if ((rest[0] | rest[1] | rest[2] | rest[3]) != 0) {
+      const Rounded q = round_words(rest);
+      l = q.r * pow2(q.shift + e - 1074);
+      if (rest_minus) l = -l;
+    }
+  }
+  // A zero rest is +0 whatever the sign (as the digits give it).
+  return minus ? DoubleDouble{-h, l == 0 ? 0.0 : -l} : DoubleDouble{h, l};
 }
 
 }  // namespace
@@ -335,10 +661,10 @@ double ExactSum::value() {
       std::memcpy(&below, &bits, sizeof below);
       if (std::abs(d) * (1 + 0x1p-51) + err_ < (ar - below) * 0.5) return r;
     }
-    // Undecided: the digits, and the compensated sum re-seeded from them
-    // (value_dd is within 2^-97 of the sum where it is this large).
-    const double exact = exact_value();
+    // Undecided: the exact sum, and the compensated sum re-seeded from it
+    // (value_dd is within 2^-106 of the sum where it is this large).
     const DoubleDouble dd = value_dd();
+    const double exact = dd.hi;
     s_ = dd.hi;
     c_ = dd.lo;
     const double a = std::abs(dd.hi);
@@ -349,6 +675,7 @@ double ExactSum::value() {
 }
 
 double ExactSum::exact_value() {
+  if (fast_) return words_dd(a_, e_, false).hi;
   normalise();
   if (hi_ < lo_) return 0.0;
   if (d_[hi_] > 0) return round_digits(d_, lo_, hi_);
@@ -371,16 +698,28 @@ int ExactSum::negated(std::int64_t* neg) const {
 }
 
 DoubleDouble ExactSum::value_dd() {
-  normalise();
-  if (hi_ < lo_) return {0.0, 0.0};
-  if (d_[hi_] > 0) return dd_digits(d_, lo_, hi_);
-  std::int64_t neg[digits];
-  const int top = negated(neg);
-  const DoubleDouble v = dd_digits(neg, lo_, top);
-  return {-v.hi, -v.lo};
+  if (fast_) return words_dd(a_, e_, true);
+  // The digits (a summand far from the others is in the window): the rest
+  // is the sum less hi, rounded again. A copy: this is the rare path.
+  const double hi = exact_value();
+  if (hi == 0 || !std::isfinite(hi)) return {hi, 0.0};
+  ExactSum rest = *this;
+  rest.track_ = false;
+  rest.remove(hi);
+  return {hi, rest.exact_value()};
 }
 
 bool ExactSum::add_scaled(ExactSum& other, std::int64_t m) {
+  // In the digits (rare: a slope re-centring), then back to the fast form.
+  if (fast_) spill();
+  if (other.fast_) other.spill();
+  const bool ok = add_scaled_digits(other, m);
+  compact();
+  other.compact();
+  return ok;
+}
+
+bool ExactSum::add_scaled_digits(ExactSum& other, std::int64_t m) {
   other.normalise();
   if (other.hi_ < other.lo_ || m == 0) return true;
   // |other| as non-negative normalised digits, its sign folded into m.
@@ -739,9 +1078,8 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
     case RunKind::zscore:
       if (!special) {
         put(sums_[0], v);
-        const DoubleDouble sq = two_prod(v, v);
-        put(sums_[1], sq.hi);
-        put(sums_[1], sq.lo);
+        if constexpr (Add) sums_[1].add_square(v);
+        else sums_[1].remove_square(v);
       }
       break;
     case RunKind::slope:
@@ -754,9 +1092,8 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
         put(sums_[0], v);
         sd_ += sign * d;
         sdd_ += sign * (static_cast<__int128>(d) * d);
-        const DoubleDouble dy = two_prod(static_cast<double>(d), v);
-        put(sums_[1], dy.hi);
-        put(sums_[1], dy.lo);
+        if constexpr (Add) sums_[1].add_product(d, v);
+        else sums_[1].remove_product(d, v);
       }
       break;
     default: break;
@@ -876,9 +1213,7 @@ std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w) {
     case RunKind::zscore: {
       for (std::size_t i = 0; i < n; ++i) {
         a.add(w.values[i]);
-        const DoubleDouble sq = two_prod(w.values[i], w.values[i]);
-        b.add(sq.hi);
-        b.add(sq.lo);
+        b.add_square(w.values[i]);
       }
       if (kind == RunKind::zscore) return zscore_of(a, b, dn, all_equal, w.values[w.n - 1]);
       const double var = variance_of(a, b, dn, all_equal);
@@ -894,9 +1229,7 @@ std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w) {
         sd += d;
         sdd += static_cast<__int128>(d) * d;
         a.add(w.values[i]);
-        const DoubleDouble dy = two_prod(static_cast<double>(d), w.values[i]);
-        b.add(dy.hi);
-        b.add(dy.lo);
+        b.add_product(d, w.values[i]);
       }
       return slope_of(sd, sdd, a, b, dn);
     }

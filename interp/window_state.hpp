@@ -18,7 +18,7 @@
 // restore_state, after a window moved backwards, after samples it needed
 // were evicted) gives bit-identical values, and checkpoint/resume stays
 // exact without saving it. var/std/zscore/slope combine the exact sums in
-// double-double arithmetic (about 2^-96 at worst relative to the sums of squares
+// double-double arithmetic (about 2^-100 relative to the sums of squares
 // before cancellation): see docs/performance.md for the bound. slope
 // measures steps from an origin step re-chosen as the window moves (so that
 // nanosecond steps keep their precision): its value after a rebuild agrees
@@ -78,18 +78,30 @@ struct DoubleDouble {
   double hi = 0, lo = 0;
 };
 
-/// The exact sum of finite doubles under addition and removal: a signed
-/// fixed-point number of 68 32-bit digits (held in int64 so that 2^30
-/// additions need no carry), covering every double's bits with room for
-/// 2^31 samples. add/remove touch three digits; value() propagates carries
-/// over the digits in use and rounds once (round to nearest, ties to even).
+/// The exact sum of finite doubles under addition and removal.
+///
+/// Two representations of the same exact number, chosen per sum:
+/// - fast (the usual one): a 256-bit two's complement integer times
+///   2^(anchor - 1074), the anchor set 64 bits below the first summand's
+///   lowest set bit (and moved down, the words shifted, when a later one
+///   reaches lower while the sum has room). A summand whose bits lie within
+///   [anchor, anchor + 223) is added with one carry chain over four words;
+///   the integer stays below 2^255 for 2^30 additions (then it is checked).
+///   Values of similar magnitude -- a metric's window -- always fit.
+/// - digits: a signed fixed-point number of 68 32-bit digits (held in int64
+///   so that 2^30 additions need no carry), covering every double's bits
+///   with room for 2^31 samples. A summand outside the fast range moves the
+///   sum here (exactly); every 4096 additions it moves back when the sum fits.
 ///
 /// With track(true), a compensated (Neumaier) double sum and a rigorous
-/// bound on its distance from the exact sum follow the digits; value()
-/// returns the compensated sum rounded when the bound proves that is the
-/// correctly rounded sum (almost always), and reads the digits only when
-/// it cannot (then re-seeding the compensated sum from them). Either way
-/// the value is the correctly rounded sum: a function of the summands.
+/// bound on its distance from the exact sum follow it; value() returns the
+/// compensated sum rounded when the bound proves that is the correctly
+/// rounded sum (almost always), and reads the exact sum only when it cannot
+/// (then re-seeding the compensated sum from it). Either way the value is
+/// the correctly rounded sum: a function of the summands.
+///
+/// Every read-out is a function of the exact sum alone, whatever the
+/// representation, the anchor or the order of additions and removals.
 class ExactSum {
  public:
   ExactSum() { clear(); }
@@ -98,18 +110,38 @@ class ExactSum {
   void track(bool on) { track_ = on; }
   void add(double x) { put(x, false); }
   void remove(double x) { put(x, true); }
+  /// Adds (or removes) x·x exactly: the same sum as adding both halves of
+  /// its two-product (two_prod(x, x), exact wherever x·x is not tiny), in one
+  /// addition where the fast form can take the 106-bit square.
+  void add_square(double x) { put_square(x, false); }
+  void remove_square(double x) { put_square(x, true); }
+  /// Adds (or removes) d·y exactly (|d| < 2^40, |y| <= 1e150): the same sum
+  /// as both halves of two_prod(d, y), in one addition in the fast form.
+  void add_product(std::int64_t d, double y) { put_product(d, y, false); }
+  void remove_product(std::int64_t d, double y) { put_product(d, y, true); }
   /// The correctly rounded sum (+0.0 for an empty or cancelled sum).
   [[nodiscard]] double value();
-  /// The sum as hi + lo to 2^-96 relative at worst (hi is not necessarily
-  /// the correctly rounded sum: value() is).
+  /// The sum as the canonical double-double: hi = the correctly rounded sum,
+  /// lo = the correctly rounded rest (sum - hi); {hi, 0} if hi overflows.
   [[nodiscard]] DoubleDouble value_dd();
+  /// Moves the sum into the digits (tests: both forms must read the same).
+  void force_digits() {
+    if (fast_) spill();
+  }
   /// Adds m times `other` exactly (|m| < 2^40; not with track()). False,
   /// and nothing changed, if the result could leave the digits.
   bool add_scaled(ExactSum& other, std::int64_t m);
 
  private:
   static constexpr int digits = 68;
+  /// Summands whose lowest bit is at most this far above the anchor are
+  /// added in the fast form (their top bit stays below 2^223).
+  static constexpr int fast_span = 170;
   void put(double x, bool negate);
+  void put_square(double x, bool negate);
+  void put_product(std::int64_t d, double y, bool negate);
+  /// Adds the integer v (below 2^106) times 2^(o + anchor - 1074), 0 <= o <= 117.
+  void add_fast(unsigned __int128 v, int o, bool minus);
   /// Adds (or subtracts) a value below 2^96 placed at digit i: three digits.
   void add_at(int i, unsigned __int128 v, bool minus) {
     const auto d0 = static_cast<std::int64_t>(static_cast<std::uint64_t>(v) & 0xffffffffU);
@@ -128,11 +160,26 @@ class ExactSum {
   void normalise();
   /// The negated digits, normalised, into `neg`; returns the top non-zero one.
   int negated(std::int64_t* neg) const;
-  /// value() from the digits alone.
+  /// value() from the exact sum alone.
   double exact_value();
+  /// Moves the fast form's anchor down to below bit `low` if the sum stays
+  /// within the fast range; false (nothing changed) if it would not.
+  bool reanchor(int low);
+  /// The fast form's sum moved into the digits (exactly).
+  void spill();
+  /// The digits' sum moved into the fast form, if it fits there.
+  void compact();
+  /// add_scaled on the digits of both.
+  bool add_scaled_digits(ExactSum& other, std::int64_t m);
+  // fast form: a_ (two's complement, a_[3] the top word) times 2^(e_ - 1074);
+  // e_ < 0 until the first non-zero summand sets it.
+  bool fast_ = true;
+  int e_ = -1;
+  std::uint64_t a_[4];
   std::int64_t d_[digits];
   int lo_ = digits, hi_ = -1;  // digits in use
-  std::uint32_t ops_ = 0;      // additions since the last carry propagation
+  std::uint32_t ops_ = 0;      // additions since the last carry propagation (or check)
+  std::uint32_t slow_ops_ = 0;  // additions in the digits since the last compact()
   bool track_ = false;
   // The compensated sum s_ + c_, within err_ of the exact sum.
   double s_ = 0, c_ = 0, err_ = 0;

@@ -499,6 +499,96 @@ RC_GTEST_PROP(ExactSumProperty, CompensatedReadOutIsTheCorrectlyRoundedSum, ()) 
   }
 }
 
+// The double-double read-out (var/std/zscore/slope) is canonical -- hi the
+// correctly rounded sum, lo the correctly rounded rest -- whichever form
+// holds the sum: the fast 256-bit form (anchored at the first summand, moved
+// down as lower ones come, left for the digits when a summand is too far
+// off) and the digits must give the same bits, and so must the one-step
+// squares and products against their two-product halves. Values as above,
+// plus squares and step products of metric-like values.
+RC_GTEST_PROP(ExactSumProperty, DoubleDoubleReadOutIsCanonicalInEitherForm, ()) {
+  const int n = *rc::gen::inRange(1, 1500);
+  const auto width = static_cast<std::size_t>(*rc::gen::inRange(1, 200));
+  const int style = *rc::gen::inRange(0, 4);
+  std::uint64_t r = *rc::gen::arbitrary<std::uint64_t>() | 1;
+  auto next = [&] {
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    return r;
+  };
+  std::vector<double> v;
+  std::vector<std::int64_t> d;
+  for (int i = 0; i < n; ++i) {
+    const auto pick = next() % 8;
+    const double sign = (next() & 1) ? 1.0 : -1.0;
+    double x;
+    if (style == 0 || pick == 0) {
+      static constexpr int exps[] = {0, 1, 52, 53, 54, 106, 107, 160};
+      x = sign * std::ldexp(1.0 + static_cast<double>(next() % 2), -exps[next() % 8]);
+    } else if (style == 1 || pick == 1) {
+      x = sign * std::ldexp(static_cast<double>(next() >> 11) + 1, static_cast<int>(next() % 1200) - 1050);
+    } else if (style == 2 && pick < 4 && !v.empty()) {
+      x = -v[next() % v.size()];
+    } else {
+      x = sign * (2 + static_cast<double>(next() >> 11) / 9007199254740992.0);
+      if (pick == 2) x = std::round(x * 10) / 10;
+    }
+    if (!(std::abs(x) <= 1e150)) x = 1;
+    v.push_back(x);
+    d.push_back(pick == 3 ? static_cast<std::int64_t>(next() % (std::uint64_t{1} << 40)) - (std::int64_t{1} << 39)
+                          : static_cast<std::int64_t>(next() % 20000) - 10000);
+  }
+  using vigil::interp::ExactSum;
+  ExactSum fast, digits, sq, sq_halves, prod, prod_halves;
+  auto halves = [](double a, double b) {
+    const double p = a * b;
+    return std::pair{p, std::fma(a, b, -p)};
+  };
+  auto step = [&](std::size_t i, bool add) {
+    const double x = v[i];
+    const double sign = add ? 1 : -1;
+    if (add) {
+      fast.add(x);
+      digits.add(x);
+      sq.add_square(x);
+      prod.add_product(d[i], x);
+    } else {
+      fast.remove(x);
+      digits.remove(x);
+      sq.remove_square(x);
+      prod.remove_product(d[i], x);
+    }
+    const auto [s_hi, s_lo] = halves(x, x);
+    sq_halves.add(sign * s_hi);
+    sq_halves.add(sign * s_lo);
+    const auto [p_hi, p_lo] = halves(static_cast<double>(d[i]), x);
+    prod_halves.add(sign * p_hi);
+    prod_halves.add(sign * p_lo);
+  };
+  auto same_dd = [](vigil::interp::DoubleDouble a, vigil::interp::DoubleDouble b) {
+    return same_bits(a.hi, b.hi) && same_bits(a.lo, b.lo);
+  };
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    step(i, true);
+    if (i >= width) step(i - width, false);
+    digits.force_digits();
+    prod_halves.force_digits();
+    const auto a = fast.value_dd(), b = digits.value_dd();
+    if (!same_dd(a, b))
+      RC_FAIL("after " + std::to_string(i) + ": fast " + fmt17(a.hi) + " + " + fmt17(a.lo) + " vs digits " +
+              fmt17(b.hi) + " + " + fmt17(b.lo));
+    // hi: the correctly rounded sum; lo: the correctly rounded sum - hi.
+    ExactSum rest;
+    for (std::size_t k = i >= width ? i - width + 1 : 0; k <= i; ++k) rest.add(v[k]);
+    RC_ASSERT(same_bits(a.hi, rest.value()));
+    rest.remove(a.hi);
+    RC_ASSERT(same_bits(a.lo, rest.value()));
+    if (!same_dd(sq.value_dd(), sq_halves.value_dd())) RC_FAIL("square sums differ after " + std::to_string(i));
+    if (!same_dd(prod.value_dd(), prod_halves.value_dd())) RC_FAIL("product sums differ after " + std::to_string(i));
+  }
+}
+
 TEST(RunningWindow, SumOfCancellingTermsStaysExact) {
   auto compiled = vigil::compile_string("rule r: when sum(x[3]) == sum(x[3]) cooldown 1 samples do log\n", "s.rules");
   ASSERT_TRUE(compiled.ok());
