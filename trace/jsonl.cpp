@@ -6,10 +6,9 @@
 // the 1-based line and the byte offset where that line starts; every record
 // before it has already been handed out.
 //
-// Two parsers, one meaning. Every line first goes to simdjson's On-Demand
-// parser (trace/jsonl_ondemand.hpp: SIMD, parsing in place in the read
-// buffer, no tape, no allocation once warm) and is accepted there only if it
-// is an ordinary record: the four known fields,
+// Two parsers, one meaning. Every line first goes to simdjson's DOM parser
+// (SIMD, parsing in place in the read buffer, no allocation once warm) and is
+// accepted there only if it is an ordinary record: the four known fields,
 // each once, numbers and the three non-finite strings as values. Anything
 // else (a syntax error, a duplicate key, bare NaN, 1e999, a null value, an
 // unknown field) goes to the general path below, nlohmann with its strict
@@ -33,7 +32,6 @@
 #include "trace/input.hpp"
 #include "trace/io.hpp"
 #include "trace/json_values.hpp"
-#include "trace/jsonl_ondemand.hpp"
 #include "vigil/trace.hpp"
 
 namespace vigil {
@@ -162,9 +160,53 @@ class JsonlReader final : public TraceReader {
     if (buf_.capacity() < offset + text.size() + simdjson::SIMDJSON_PADDING) return false;
     // A huge line leaves the parser with buffers its size: give them back.
     if (text.size() > (std::size_t{16} << 20)) release_parser_ = true;
+    simdjson::dom::element doc;
+    if (parser_.parse(text.data(), text.size(), false).get(doc)) return false;
+    simdjson::dom::object fields;
+    if (doc.get_object().get(fields)) return false;
     Observation& o = scratch_;
-    std::size_t n = 0;
-    if (!ondemand_.parse(text, buf_.capacity() - offset, o, n)) return false;
+    o.step = 0;
+    o.mode.assign("train");
+    o.time = std::numeric_limits<double>::quiet_NaN();
+    std::size_t n = 0;  // values filled; o.values' strings are reused
+    unsigned seen = 0;
+    for (const auto field : fields) {
+      const std::string_view key = field.key;
+      const simdjson::dom::element value = field.value;
+      unsigned bit;
+      if (key == "step") {
+        bit = 1;
+        if (!ordinary_step(value, o.step)) return false;
+      } else if (key == "mode") {
+        bit = 2;
+        std::string_view mode;
+        if (value.get_string().get(mode) || mode.empty()) return false;
+        o.mode.assign(mode);
+      } else if (key == "time") {
+        bit = 4;
+        if (!value.is_null() && !ordinary_number(value, o.time)) return false;
+      } else if (key == "values") {
+        bit = 8;
+        simdjson::dom::object values;
+        if (value.get_object().get(values)) return false;
+        for (const auto sample : values) {
+          double v;
+          if (sample.key.empty() || !ordinary_sample(sample.value, v)) return false;
+          if (n < o.values.size()) {
+            o.values[n].first.assign(sample.key);
+            o.values[n].second = v;
+          } else {
+            o.values.emplace_back(sample.key, v);
+          }
+          ++n;
+        }
+      } else {
+        return false;
+      }
+      if ((seen & bit) != 0) return false;  // a duplicate key
+      seen |= bit;
+    }
+    if ((seen & 1) == 0) return false;
     o.values.resize(n);
     // The general path hands series out in key order (nlohmann's objects
     // are sorted maps); sorted, a repeated series name is a neighbour.
@@ -177,10 +219,49 @@ class JsonlReader final : public TraceReader {
     return true;
   }
 
+  /// A JSON number as the general path reads it (integers converted).
+  static bool ordinary_number(const simdjson::dom::element& v, double& out) {
+    switch (v.type()) {
+      case simdjson::dom::element_type::INT64: out = static_cast<double>(v.get_int64().value_unsafe()); return true;
+      case simdjson::dom::element_type::UINT64: out = static_cast<double>(v.get_uint64().value_unsafe()); return true;
+      case simdjson::dom::element_type::DOUBLE: out = v.get_double().value_unsafe(); return true;
+      default: return false;
+    }
+  }
+
+  /// A sample: a number or one of the non-finite strings (json_number's
+  /// rules; null, which means "no sample", is left to the general path).
+  static bool ordinary_sample(const simdjson::dom::element& v, double& out) {
+    if (ordinary_number(v, out)) return true;
+    std::string_view s;
+    if (v.get_string().get(s)) return false;
+    if (s == "NaN") out = std::numeric_limits<double>::quiet_NaN();
+    else if (s == "Infinity") out = std::numeric_limits<double>::infinity();
+    else if (s == "-Infinity") out = -std::numeric_limits<double>::infinity();
+    else return false;
+    return true;
+  }
+
+  /// json_step's rules: an int64, or a double with an integral value in range.
+  static bool ordinary_step(const simdjson::dom::element& v, std::int64_t& out) {
+    switch (v.type()) {
+      case simdjson::dom::element_type::INT64: out = v.get_int64().value_unsafe(); return true;
+      case simdjson::dom::element_type::DOUBLE: {
+        const double d = v.get_double().value_unsafe();
+        if (!std::isfinite(d) || d != std::floor(d) || d < -9223372036854775808.0 ||
+            d >= 9223372036854775808.0)
+          return false;
+        out = static_cast<std::int64_t>(d);
+        return true;
+      }
+      default: return false;
+    }
+  }
+
   bool parse_line(std::string_view text, std::uint64_t line_start, Observation& out) {
     const bool ordinary = parse_ordinary(text, out);
     if (release_parser_) {
-      ondemand_.release();
+      parser_ = simdjson::dom::parser();
       release_parser_ = false;
     }
     if (ordinary) return true;
@@ -253,7 +334,7 @@ class JsonlReader final : public TraceReader {
   bool at_end_ = false;      // the last line, which had no newline, was handed out
   std::uint64_t consumed_ = 0;
   std::uint64_t line_no_ = 0;
-  trace_io::OnDemandLine ondemand_;  // the fast path's parser, reused from line to line
+  simdjson::dom::parser parser_;  // the fast path's, reused from line to line
   bool release_parser_ = false;
   Observation scratch_;  // the fast path fills it, then swaps it with the caller's
   std::string rewritten_;  // reused: the line with bare NaN/Infinity quoted
