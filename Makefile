@@ -26,7 +26,7 @@ PACKAGES := build-essential cmake ninja-build ccache pkg-config tao-pegtl-dev li
             nlohmann-json3-dev libbenchmark-dev clang libclang-rt-14-dev \
             libprotobuf-dev protobuf-compiler libtorch-dev libgloo-dev libopenblas0-openmp \
             pybind11-dev python3-dev python3-torch python3-numpy python3-pytest \
-            chromium libjs-dygraphs libsimdjson-dev
+            chromium libjs-dygraphs libsimdjson-dev libfast-float-dev
 
 RULECHECK := $(BUILD)/tools/rulecheck/rulecheck
 TORCH_TRAINER := $(BUILD)/examples/torch_trainer/torch_trainer

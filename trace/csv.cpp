@@ -25,8 +25,8 @@
 //
 // Syntax: RFC 4180 (quoted fields with "" escapes and embedded newlines),
 // LF or CRLF line ends, an optional UTF-8 BOM, blank lines skipped. Numbers are
-// read with std::from_chars after nan / inf / infinity (any case, signed)
-// are recognised. A step must be an integer (12.0 is accepted: some writers
+// decimal (fast_float, correctly rounded) or nan / inf / infinity (any case,
+// signed): trace/number.hpp. A step must be an integer (12.0 is accepted: some writers
 // only have floats). The reader streams the file in chunks and stops at the
 // first damaged row (wrong number of fields, bad number, bad step) with an
 // error naming the file, the row's 1-based line and its byte offset; every
@@ -36,10 +36,8 @@
 #include <array>
 #include <bit>
 #include <cctype>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -54,6 +52,7 @@
 
 #include "trace/input.hpp"
 #include "trace/io.hpp"
+#include "trace/number.hpp"
 #include "vigil/trace.hpp"
 
 namespace vigil {
@@ -62,11 +61,8 @@ namespace {
 
 constexpr std::size_t chunk_size = 64 * 1024;
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+using trace_io::parse_number;
+std::string_view trim(std::string_view s) { return trace_io::trim_blanks(s); }
 
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -77,40 +73,6 @@ bool iequals(std::string_view a, std::string_view b) {
 
 bool istarts_with(std::string_view s, std::string_view prefix) {
   return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
-}
-
-/// A sample: a number, or a non-finite word (nan, inf, infinity, signed, any
-/// case). Overflowing literals (1e999) are ±inf as in Python, not errors.
-bool parse_number(std::string_view text, double& out) {
-  std::string_view s = trim(text);
-  bool negative = false;
-  std::string_view word = s;
-  if (!word.empty() && (word[0] == '+' || word[0] == '-')) {
-    negative = word[0] == '-';
-    word.remove_prefix(1);
-  }
-  if (iequals(word, "nan")) {
-    out = std::numeric_limits<double>::quiet_NaN();
-    return true;
-  }
-  if (iequals(word, "inf") || iequals(word, "infinity")) {
-    out = negative ? -std::numeric_limits<double>::infinity()
-                   : std::numeric_limits<double>::infinity();
-    return true;
-  }
-  // from_chars takes no leading '+', and would accept words like "nan(x)".
-  if (word.empty() || !(std::isdigit(static_cast<unsigned char>(word[0])) || word[0] == '.'))
-    return false;
-  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
-  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  if (ptr != s.data() + s.size()) return false;
-  if (ec == std::errc::result_out_of_range) {
-    // strtod saturates to ±HUGE_VAL or 0 where from_chars only reports range.
-    const std::string copy(s);
-    out = std::strtod(copy.c_str(), nullptr);
-    return true;
-  }
-  return ec == std::errc{};
 }
 
 /// An integer step; an integral float (12.0, 1e3) is accepted.
