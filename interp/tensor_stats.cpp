@@ -5,8 +5,10 @@
 // compiler vectorises it; strided tensors are walked one innermost run at a
 // time. Accumulation is in double; the variance uses sums shifted by the
 // first element, which keeps it exact for constant tensors and accurate for
-// data far from zero. Contiguous float32 tensors take SIMD kernels (AVX-512
-// or AVX2, still double accumulation) and, when large, several threads over
+// data far from zero (the AVX-512 kernel reads each block's M2 off its sums
+// of x and x² where that is as accurate, see its comment). Contiguous
+// float32 tensors take SIMD kernels (AVX-512 or AVX2, still double
+// accumulation) and, when large, several threads over
 // fixed chunks combined in a fixed order (see "chunks and threads").
 //
 // Owns: the stats kernels and their combine. Must not touch: series, the engine, or
@@ -236,7 +238,7 @@ void accumulate_any(const TensorView& t, Acc& acc) {
 // ---- the float32 fast path ----------------------------------------------------
 //
 // A contiguous float32 tensor (what a trainer's parameters and gradients are)
-// is reduced by an AVX2 kernel specialised for the stats asked for: a rule set
+// is reduced by an AVX-512 or AVX2 kernel specialised for the stats asked for: a rule set
 // that reads only `grad_norm` pays for one square-and-add per element, not for
 // eighteen stats. The sums keep today's accuracy: each float is converted to
 // double before it is added (the float lanes are only used where float is

@@ -275,7 +275,7 @@ struct ForcedKernel {
 // every requested stat equals the naive long-double reference, whatever the
 // kernel (AVX-512, AVX2 or the general path, as far as the CPU has them),
 // the alignment (every 4-byte phase of a 64-byte line: the unaligned head),
-// length (blocks of 4096, 64-element steps, tails), the mask, and how often
+// length (blocks of 8192 and 4096, 64-element steps, tails), the mask, and how often
 // NaN/Inf occur (never: the SIMD blocks; rarely: some blocks redone by the
 // general path; often: most of them), with -0, denormals, wide magnitudes
 // and data far from zero. What was not asked for is NaN.
@@ -444,8 +444,8 @@ struct Threading {
 // length grows); with and without NaN/Inf blocks; aligned and not.
 TEST(TensorStats, ThreadCountNeverChangesABit) {
   constexpr std::int64_t chunk = std::int64_t{1} << 18;
-  const std::int64_t lengths[] = {chunk + 1, 3 * chunk, 5 * chunk + 4096 * 3 + 17,
-                                  64 * chunk + 3 * 4096 + 5};
+  const std::int64_t lengths[] = {chunk + 1, 3 * chunk, 5 * chunk + 8192 * 3 + 17,
+                                  64 * chunk + 3 * 8192 + 4096 + 5};
   std::uint64_t seed = 1;
   for (const std::int64_t n : lengths)
     for (const bool special : {false, true}) {
