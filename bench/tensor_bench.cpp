@@ -8,6 +8,11 @@
 // T = 1 is measured in CPU time like Eigen; T = 2 in wall time (`/real_time`;
 // the workers' CPU time is not the caller's), against Eigen's wall time in
 // the same run (BM_EigenSquaredNorm/real_time).
+//   BM_RuleSetStatsInCache/N, BM_EigenSquaredNormInCache
+//                          the same on the tensor's first 1 MiB, which stays in
+//                          L2 between iterations: what the pass costs when
+//                          memory is not the limit (the compute a 64 MiB pass
+//                          has to hide behind its loads), one thread
 //   BM_SeparatePasses      the same stats as one simple loop per stat (what a
 //                          host computing them one by one would do)
 //   BM_FracOutside         the parameterised stat frac_outside(-2, 2), its own pass
@@ -142,6 +147,30 @@ void BM_RuleSetStats(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * numel * 4);
 }
 
+constexpr std::int64_t in_cache = (1 << 20) / 4;
+const std::int64_t shape_in_cache[] = {in_cache};
+
+// N = 0-3 as BM_RuleSetStats, 4 = every stat.
+void BM_RuleSetStatsInCache(benchmark::State& state) {
+  const Threads threads(1);
+  const vigil::TensorView view{data().data(), vigil::DType::float32, shape_in_cache, {}};
+  const vigil::StatMask mask = state.range(0) == 4 ? ~vigil::StatMask{0} : rule_set_mask(state.range(0));
+  for (auto _ : state) {
+    auto s = vigil::compute_stats(view, mask);
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetBytesProcessed(state.iterations() * in_cache * 4);
+}
+
+void BM_EigenSquaredNormInCache(benchmark::State& state) {
+  const Eigen::Map<const Eigen::VectorXf> m(data().data(), in_cache);
+  for (auto _ : state) {
+    float n = m.squaredNorm();
+    benchmark::DoNotOptimize(n);
+  }
+  state.SetBytesProcessed(state.iterations() * in_cache * 4);
+}
+
 void BM_EigenSquaredNorm(benchmark::State& state) {
   const auto& v = data();
   const Eigen::Map<const Eigen::VectorXf> m(v.data(), numel);
@@ -246,6 +275,8 @@ BENCHMARK(BM_RuleSetStats)->ArgsProduct({{0, 1, 2, 3}, {1}})->Unit(benchmark::kM
 BENCHMARK(BM_RuleSetStats)->ArgsProduct({{0, 1, 2, 3}, {2}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenSquaredNorm)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenSquaredNorm)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RuleSetStatsInCache)->DenseRange(0, 4)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_EigenSquaredNormInCache)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SeparatePasses)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FracOutside)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenFracOutside)->Unit(benchmark::kMillisecond);

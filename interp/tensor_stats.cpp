@@ -5,8 +5,10 @@
 // compiler vectorises it; strided tensors are walked one innermost run at a
 // time. Accumulation is in double; the variance uses sums shifted by the
 // first element, which keeps it exact for constant tensors and accurate for
-// data far from zero. Contiguous float32 tensors take SIMD kernels (AVX-512
-// or AVX2, still double accumulation) and, when large, several threads over
+// data far from zero (the AVX-512 kernel reads each block's M2 off its sums
+// of x and x² where that is as accurate, see its comment). Contiguous
+// float32 tensors take SIMD kernels (AVX-512 or AVX2, still double
+// accumulation) and, when large, several threads over
 // fixed chunks combined in a fixed order (see "chunks and threads").
 //
 // Owns: the stats kernels and their combine. Must not touch: series, the engine, or
@@ -236,7 +238,7 @@ void accumulate_any(const TensorView& t, Acc& acc) {
 // ---- the float32 fast path ----------------------------------------------------
 //
 // A contiguous float32 tensor (what a trainer's parameters and gradients are)
-// is reduced by an AVX2 kernel specialised for the stats asked for: a rule set
+// is reduced by an AVX-512 or AVX2 kernel specialised for the stats asked for: a rule set
 // that reads only `grad_norm` pays for one square-and-add per element, not for
 // eighteen stats. The sums keep today's accuracy: each float is converted to
 // double before it is added (the float lanes are only used where float is
@@ -248,16 +250,21 @@ void accumulate_any(const TensorView& t, Acc& acc) {
 // propagate through double sums exactly as in the general path.
 
 enum Need : unsigned {
-  need_sum = 1,    // sum, mean (and abs_sum, abs_mean in the AVX2 kernel)
-  need_sq = 2,     // norm
-  need_var = 4,    // var, std (shifted sums)
-  need_ext = 8,    // min, max
-  need_amx = 16,   // abs_max
-  need_sign = 32,  // frac_zero, frac_pos, frac_neg
-  need_check = 64, // NaN/Inf counts; implied by var and the extremes
-  need_abs = 128,  // abs_sum, abs_mean (the AVX2 kernel counts it as need_sum)
-  need_all = 255,
+  need_sum = 1,     // sum, mean (and abs_sum, abs_mean in the AVX2 kernel)
+  need_sq = 2,      // norm
+  need_var = 4,     // var, std (shifted sums)
+  need_ext = 8,     // min, max
+  need_amx = 16,    // abs_max
+  need_zero = 32,   // frac_zero (the AVX2 kernel counts all three signs for it)
+  need_check = 64,  // NaN/Inf counts; implied by var and the extremes
+  need_abs = 128,   // abs_sum, abs_mean (the AVX2 kernel counts it as need_sum)
+  need_sign = 256,  // frac_pos, frac_neg (with need_zero: neg is numel - zero - pos)
+  need_all = 511,
 };
+
+// Blocks of 32 KiB: a block redone by the general path (or by the
+// variance's second pass) is still in L1.
+constexpr std::int64_t fast_block = 8192;
 
 unsigned needs_of(StatMask mask) {
   auto any = [&](std::initializer_list<Stat> ss) {
@@ -272,7 +279,8 @@ unsigned needs_of(StatMask mask) {
   if (any({Stat::var, Stat::std})) n |= need_var | need_check;
   if (any({Stat::min, Stat::max})) n |= need_ext | need_check;
   if (any({Stat::abs_max})) n |= need_amx | need_check;
-  if (any({Stat::frac_zero, Stat::frac_pos, Stat::frac_neg})) n |= need_sign;
+  if (any({Stat::frac_zero})) n |= need_zero;
+  if (any({Stat::frac_pos, Stat::frac_neg})) n |= need_sign | need_zero;
   if (any({Stat::frac_nan, Stat::frac_inf, Stat::nan_count, Stat::inf_count})) n |= need_check;
   return n;
 }
@@ -325,7 +333,7 @@ __attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64
   const __m256d k = _mm256_set1_pd(acc.shift);
   const __m256 fzero = _mm256_setzero_ps();
   for (std::int64_t i = 0; i < m; i += step) {
-    if constexpr ((N & (need_ext | need_amx | need_sign | need_check)) != 0) {
+    if constexpr ((N & (need_ext | need_amx | need_zero | need_check)) != 0) {
       for (int h = 0; h < F; ++h) {
         const __m256 x = _mm256_loadu_ps(p + i + 8 * h);
         const __m256 a = _mm256_and_ps(x, abs_f);
@@ -337,7 +345,7 @@ __attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64
           mx[h] = _mm256_max_ps(mx[h], x);
         }
         if constexpr ((N & need_amx) != 0) amx[h] = _mm256_max_ps(amx[h], a);
-        if constexpr ((N & need_sign) != 0) {
+        if constexpr ((N & need_zero) != 0) {
           // A true comparison is all ones: -1 as an integer.
           zero[h] = _mm256_sub_epi32(zero[h], _mm256_castps_si256(_mm256_cmp_ps(x, fzero, _CMP_EQ_OQ)));
           pos[h] = _mm256_sub_epi32(pos[h], _mm256_castps_si256(_mm256_cmp_ps(x, fzero, _CMP_GT_OQ)));
@@ -382,7 +390,7 @@ __attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64
       }
     }
   }
-  if constexpr ((N & need_sign) != 0) {
+  if constexpr ((N & need_zero) != 0) {
     for (int h = 0; h < F; ++h) {
       acc.zero += static_cast<double>(hsum_epi32(zero[h]));
       acc.pos += static_cast<double>(hsum_epi32(pos[h]));
@@ -396,9 +404,12 @@ __attribute__((target("avx2,fma"))) bool reduce_block(const float* p, std::int64
 using BlockKernel = bool (*)(const float*, std::int64_t, Acc&);
 
 /// The AVX2 kernel's accumulators for a set of needs: it sums x and |x|
-/// together (128 kernels, not 256).
+/// together, and counts zero, positive and negative elements together.
 constexpr unsigned avx2_needs(std::size_t n) {
-  return static_cast<unsigned>((n & (need_all & ~need_abs)) | ((n & need_abs) != 0 ? unsigned{need_sum} : 0u));
+  unsigned r = static_cast<unsigned>(n) & (need_sum | need_sq | need_var | need_ext | need_amx | need_check);
+  if ((n & need_abs) != 0) r |= need_sum;
+  if ((n & (need_zero | need_sign)) != 0) r |= need_zero;
+  return r;
 }
 
 template <std::size_t... I>
@@ -408,16 +419,34 @@ constexpr std::array<BlockKernel, sizeof...(I)> make_kernels(std::index_sequence
 constexpr auto block_kernels = make_kernels(std::make_index_sequence<need_all + 1>{});
 
 // The same reduction in 512-bit registers (AVX-512 F/DQ/BW/VL: 16 floats,
-// 8 doubles per register), which halves the instructions per element: every
-// sum still converts each float to double before adding it (the accuracy of
-// the general path), yet the whole rule set's accumulators fit in one pass at
-// memory speed. Three differences from the AVX2 kernel, each saving work per
-// element: abs_max is derived from the block's min and max (a NaN-free block,
-// so max(|min|, |max|) is exact); the zero count is the block's length minus
-// its positive and negative counts (NaN-free again); and when some double
-// sum runs, the non-finite check is that sum itself, once per block (a NaN
-// or an infinity leaves it non-finite, and floats summed in double cannot
-// overflow in 4096 elements), so it costs nothing per element.
+// 8 doubles per register). Every sum still converts each float to double
+// before adding it, in double lanes (the accuracy of the general path). On
+// one core the pass is bound by the vector operations per element more than
+// by the adds' latency, so the kernel does as few of them as it can:
+// - Zero and positive counts are integer tests of the float's bits (±0 has
+//   no bit set but the sign; a positive float is a positive int32), mask
+//   registers to popcount; the negative count is what a NaN-free block
+//   leaves.
+// - abs_max alone is the unsigned maximum of |x|'s bits (for non-negative
+//   floats the bits are ordered like the numbers, and Inf and NaN lie above
+//   every finite value, so it is the block's non-finite check too); with min
+//   and max at hand it is max(|min|, |max|).
+// - The variance adds no operation per element: a block's M2 = Σx² - Σx·mean
+//   comes from the sums of x and x² (which norm and mean need anyway) and
+//   enters the shifted sums as M2 + m (mean - shift)². That difference loses
+//   accuracy only when the block's mean is large against its spread, so a
+//   block whose Σx² exceeds var_condition · M2 takes Σ(x - shift)² instead,
+//   a second pass over the block while it is in L1 (data far from zero, a
+//   constant block). The relative error of a block's M2 then stays within
+//   about 3 var_condition γ, γ the rounding bound of one 256-term double lane
+//   (256 u ≈ 2.8e-14): below 6e-12.
+// - When some double sum runs, the non-finite check is that sum itself, once
+//   per block (a NaN or an infinity leaves it non-finite, and floats summed
+//   in double cannot overflow in a block), so it costs nothing per element.
+// - The conversions read their 8 floats from memory (the load folded into
+//   the instruction) rather than taking halves of the float side's 16-float
+//   register apart: one instruction fewer per 16 floats, measured as fast on
+//   a 64 MiB stream and faster in cache.
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*, which its
 // flow analysis reports as uninitialised (a false positive).
 #pragma GCC diagnostic push
@@ -432,96 +461,132 @@ VIGIL_AVX512 inline double fold512(const __m512d* v) {
   return _mm512_reduce_add_pd(s);
 }
 
-/// As reduce_block, `m` a multiple of 64 (`p` best 64-byte aligned).
+/// A block's M2 is read off its sums when Σx² <= var_condition · M2, i.e.
+/// when its mean is within sqrt(var_condition - 1) ≈ 7.9 standard deviations
+/// of zero.
+constexpr double var_condition = 64;
+
+/// Σ(x - k)² over `m` floats (a multiple of 64), each converted to double:
+/// the shifted squares of a block whose M2 cannot be read off its sums.
+VIGIL_AVX512 __attribute__((noinline)) double shifted_squares512(const float* p, std::int64_t m, double k) {
+  __m512d s[8];
+  for (auto& v : s) v = _mm512_setzero_pd();
+  const __m512d kk = _mm512_set1_pd(k);
+  for (std::int64_t i = 0; i < m; i += 64)
+    for (int j = 0; j < 8; ++j) {
+      const __m512d e = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(p + i + 8 * j)), kk);
+      s[j] = _mm512_fmadd_pd(e, e, s[j]);
+    }
+  return fold512<8>(s);
+}
+
+/// The accumulators the AVX-512 kernel runs for a set of needs: the variance
+/// from Σx and Σx², abs_max from min and max when those run, and a block
+/// check wherever a NaN or an infinity would spoil a stat (the negative count
+/// is what the others leave, so it needs one too).
+constexpr unsigned avx512_needs(std::size_t n) {
+  const bool var = (n & need_var) != 0, ext = (n & need_ext) != 0, sign = (n & need_sign) != 0;
+  unsigned r = static_cast<unsigned>(n) & (need_sum | need_sq | need_var | need_ext | need_abs | need_sign);
+  if (var) r |= need_sum | need_sq;
+  if ((n & need_amx) != 0 && !ext) r |= need_amx;
+  if ((n & need_zero) != 0 || sign) r |= need_zero;
+  if ((n & (need_check | need_amx)) != 0 || var || ext || sign) r |= need_check;
+  return r;
+}
+
+/// As reduce_block, `m` a multiple of 64 (`p` best 64-byte aligned), `N`
+/// as avx512_needs gives it.
 template <unsigned N>
 VIGIL_AVX512 bool reduce_block512(const float* p, std::int64_t m, Acc& acc) {
   constexpr bool want_sum = (N & need_sum) != 0, want_abs = (N & need_abs) != 0,
-                 want_sq = (N & need_sq) != 0,
-                 want_var = (N & need_var) != 0, want_ext = (N & (need_ext | need_amx)) != 0,
-                 want_sign = (N & need_sign) != 0;
-  // The derived zero count needs a NaN-free block.
-  constexpr bool want_check = (N & need_check) != 0 || want_sign;
-  constexpr int sums = want_sum + want_abs + want_sq + 2 * want_var - (want_sum && want_var);
+                 want_sq = (N & need_sq) != 0, want_var = (N & need_var) != 0,
+                 want_ext = (N & need_ext) != 0, want_amx = (N & need_amx) != 0,
+                 want_zero = (N & need_zero) != 0, want_sign = (N & need_sign) != 0,
+                 want_check = (N & need_check) != 0;
+  constexpr int sums = want_sum + want_abs + want_sq;
   // C double registers per sum and step (independent add chains that hide
-  // the latency), F float registers per step for the float-side work.
+  // the latency), F float registers per step for the float side.
   constexpr int C = sums <= 2 ? 8 : 4, F = C / 2, step = 8 * C;
-  constexpr bool float_side = want_ext || want_sign || (want_check && sums == 0);
-  __m512d sum[C], ab[C], sq[C], s1[C], s2[C];
-  for (int j = 0; j < C; ++j)
-    sum[j] = ab[j] = sq[j] = s1[j] = s2[j] = _mm512_setzero_pd();
-  __m512 mn[F], mx[F];
-  for (int h = 0; h < F; ++h)
-    mn[h] = _mm512_set1_ps(std::numeric_limits<float>::infinity()),
-    mx[h] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __m512 chk[F];
-  for (int h = 0; h < F; ++h) chk[h] = _mm512_setzero_ps();
-  std::int64_t pos = 0, neg = 0;
-  const __m512d k = _mm512_set1_pd(acc.shift);
-  const __m512 fzero = _mm512_setzero_ps();
+  // x * 0 accumulated: NaN exactly when a NaN or an infinity went in.
+  constexpr bool fma_check = want_check && sums == 0 && !want_amx;
+  constexpr bool float_side = want_ext || want_amx || want_zero || fma_check;
+  __m512d sum[C], ab[C], sq[C];
+  for (int j = 0; j < C; ++j) sum[j] = ab[j] = sq[j] = _mm512_setzero_pd();
+  __m512 mn[F], mx[F], chk[F];
+  __m512i amx[F];
+  for (int h = 0; h < F; ++h) {
+    if constexpr (want_ext) {
+      mn[h] = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+      mx[h] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    }
+    if constexpr (fma_check) chk[h] = _mm512_setzero_ps();
+    if constexpr (want_amx) amx[h] = _mm512_setzero_si512();
+  }
+  const __m512i abs_bits = _mm512_set1_epi32(0x7fffffff);
+  std::int64_t zero_n = 0, pos_n = 0;
   for (std::int64_t i = 0; i < m; i += step) {
-    __m512 xs[F];
     if constexpr (float_side) {
       for (int h = 0; h < F; ++h) {
         __m512 x = _mm512_loadu_ps(p + i + 16 * h);
-        xs[h] = x;
-        // One load per register, not one folded into each use: repeated
-        // loads of a line still in flight from memory fill the load queue.
+        // One load for the float side's several uses, not one folded into
+        // each: repeated loads of a line still in flight from memory fill
+        // the load queue.
         asm("" : "+v"(x));
+        const __m512i bits = _mm512_castps_si512(x);
         if constexpr (want_ext) {
           mn[h] = _mm512_min_ps(mn[h], x);
           mx[h] = _mm512_max_ps(mx[h], x);
         }
-        if constexpr (want_sign) {
-          // Mask registers to popcount: the counting runs on the integer
-          // units, beside the floating-point work.
-          pos += std::popcount(static_cast<unsigned>(_mm512_cmp_ps_mask(x, fzero, _CMP_GT_OQ)));
-          neg += std::popcount(static_cast<unsigned>(_mm512_cmp_ps_mask(x, fzero, _CMP_LT_OQ)));
-        }
-        // x * 0 is NaN exactly for NaN and +-Inf: one fused op per register.
-        if constexpr (want_check && sums == 0) chk[h] = _mm512_fmadd_ps(x, fzero, chk[h]);
+        if constexpr (want_amx) amx[h] = _mm512_max_epu32(amx[h], _mm512_and_si512(bits, abs_bits));
+        if constexpr (want_zero)
+          zero_n += std::popcount(static_cast<unsigned>(_mm512_testn_epi32_mask(bits, abs_bits)));
+        if constexpr (want_sign)
+          pos_n += std::popcount(static_cast<unsigned>(_mm512_cmpgt_epi32_mask(bits, _mm512_setzero_si512())));
+        if constexpr (fma_check) chk[h] = _mm512_fmadd_ps(x, _mm512_setzero_ps(), chk[h]);
       }
     }
     if constexpr (sums > 0) {
       for (int j = 0; j < C; ++j) {
-        // With the float side, convert the registers it loaded (each line
-        // read once); otherwise load the 8 floats directly.
-        __m256 f;
-        if constexpr (float_side)
-          f = j % 2 == 0 ? _mm512_castps512_ps256(xs[j / 2]) : _mm512_extractf32x8_ps(xs[j / 2], 1);
-        else
-          f = _mm256_loadu_ps(p + i + 8 * j);
-        const __m512d d = _mm512_cvtps_pd(f);
+        const __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(p + i + 8 * j));
         if constexpr (want_sum) sum[j] = _mm512_add_pd(sum[j], d);
         if constexpr (want_abs) ab[j] = _mm512_add_pd(ab[j], _mm512_abs_pd(d));
         if constexpr (want_sq) sq[j] = _mm512_fmadd_pd(d, d, sq[j]);
-        if constexpr (want_var) {
-          const __m512d e = _mm512_sub_pd(d, k);
-          // With the plain sum at hand, the shifted one is derived per block.
-          if constexpr (!want_sum) s1[j] = _mm512_add_pd(s1[j], e);
-          s2[j] = _mm512_fmadd_pd(e, e, s2[j]);
-        }
       }
     }
   }
   const double b_sum = want_sum ? fold512<C>(sum) : 0, b_abs = want_abs ? fold512<C>(ab) : 0,
-               b_sq = want_sq ? fold512<C>(sq) : 0,
-               // sum(x - k) = sum(x) - m k: the rounding of the block's sum
-               // is u * sum|x|, far below what s1^2 / n can feel.
-               b_s1 = !want_var ? 0 : want_sum ? b_sum - static_cast<double>(m) * acc.shift : fold512<C>(s1),
-               b_s2 = want_var ? fold512<C>(s2) : 0;
+               b_sq = want_sq ? fold512<C>(sq) : 0;
+  std::uint32_t amx_bits = 0;
+  if constexpr (want_amx) {
+    __m512i a = amx[0];
+    for (int h = 1; h < F; ++h) a = _mm512_max_epu32(a, amx[h]);
+    amx_bits = _mm512_reduce_max_epu32(a);
+  }
   if constexpr (want_check) {
-    if constexpr (sums == 0) {
+    if constexpr (sums > 0) {
+      if (!std::isfinite(want_sq ? b_sq : want_abs ? b_abs : b_sum)) return false;
+    } else if constexpr (want_amx) {
+      if (amx_bits >= 0x7f800000u) return false;  // the bits of +Inf; NaN's lie above
+    } else {
       __m512 any = chk[0];
       for (int h = 1; h < F; ++h) any = _mm512_add_ps(any, chk[h]);
       if (_mm512_cmp_ps_mask(any, any, _CMP_UNORD_Q) != 0) return false;
-    } else if (!std::isfinite(want_abs ? b_abs : want_sum ? b_sum : want_sq ? b_sq : b_s2)) {
-      return false;
     }
   }
+  const double n = static_cast<double>(m);
   if constexpr (want_sum) acc.sum += b_sum;
   if constexpr (want_abs) acc.abs_sum += b_abs;
   if constexpr (want_sq) acc.sumsq += b_sq;
-  if constexpr (want_var) acc.s1 += b_s1, acc.s2 += b_s2;
+  if constexpr (want_var) {
+    // sum(x - k) = sum(x) - m k: the rounding of the block's sum is u sum|x|,
+    // far below what s1^2 / n can feel.
+    acc.s1 += b_sum - n * acc.shift;
+    const double mean = b_sum / n, m2 = b_sq - b_sum * mean, off = mean - acc.shift;
+    if (m2 * var_condition >= b_sq)
+      acc.s2 += m2 + n * off * off;
+    else
+      acc.s2 += shifted_squares512(p, m, acc.shift);
+  }
   if constexpr (want_ext) {
     __m512 a = mn[0], b = mx[0];
     for (int h = 1; h < F; ++h) a = _mm512_min_ps(a, mn[h]), b = _mm512_max_ps(b, mx[h]);
@@ -529,17 +594,19 @@ VIGIL_AVX512 bool reduce_block512(const float* p, std::int64_t m, Acc& acc) {
     acc.mn = std::min(acc.mn, lo), acc.mx = std::max(acc.mx, hi);
     acc.amx = std::max({acc.amx, std::abs(lo), std::abs(hi)});
   }
+  if constexpr (want_amx) acc.amx = std::max<double>(acc.amx, std::bit_cast<float>(amx_bits));
+  if constexpr (want_zero) acc.zero += static_cast<double>(zero_n);
   if constexpr (want_sign) {
-    acc.pos += static_cast<double>(pos), acc.neg += static_cast<double>(neg);
-    acc.zero += static_cast<double>(m - pos - neg);
+    acc.pos += static_cast<double>(pos_n);
+    acc.neg += static_cast<double>(m - zero_n - pos_n);
   }
-  acc.n += static_cast<double>(m);
+  acc.n += n;
   return true;
 }
 
 template <std::size_t... I>
 constexpr std::array<BlockKernel, sizeof...(I)> make_kernels512(std::index_sequence<I...>) {
-  return {&reduce_block512<static_cast<unsigned>(I)>...};
+  return {&reduce_block512<avx512_needs(I)>...};
 }
 constexpr auto block_kernels512 = make_kernels512(std::make_index_sequence<need_all + 1>{});
 #pragma GCC diagnostic pop
@@ -565,8 +632,6 @@ const std::array<BlockKernel, need_all + 1>* cpu_kernels() {
   return table;
 }
 
-// Blocks of 16 KiB: a block redone by the general path is still in L1.
-constexpr std::int64_t fast_block = 4096;
 
 /// Reduces `count` floats from `p` into `acc` (whose shift is set): whole
 /// blocks through `kernel` (a block it refuses, through the general path),
@@ -602,17 +667,17 @@ void reduce_range(const float* p, std::int64_t count, BlockKernel kernel, Acc& a
 // ---- chunks and threads -------------------------------------------------------
 //
 // A large tensor is cut into chunks whose length depends only on its length
-// (at least 64 blocks, at most max_chunks chunks); each chunk is reduced into
+// (at least 2^18 elements, 32 blocks; at most max_chunks chunks); each chunk is reduced into
 // a partial Acc of its own, and the partials are added in chunk order. The
 // sequential path does exactly the same, so the stats are bit-identical
 // whether one thread or many reduced the chunks, and in whatever order.
 
-constexpr std::int64_t min_chunk = 64 * 4096;  // elements
+constexpr std::int64_t min_chunk = std::int64_t{1} << 18;  // elements
 constexpr std::int64_t max_chunks = 64;
 
 std::int64_t chunk_length(std::int64_t n) {
   const std::int64_t len = std::max(min_chunk, (n + max_chunks - 1) / max_chunks);
-  return (len + 4095) / 4096 * 4096;  // whole blocks, so chunks cut no block
+  return (len + fast_block - 1) / fast_block * fast_block;  // whole blocks, so chunks cut no block
 }
 
 /// Adds a chunk's partial sums into the running total (same shift).

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -274,7 +275,7 @@ struct ForcedKernel {
 // every requested stat equals the naive long-double reference, whatever the
 // kernel (AVX-512, AVX2 or the general path, as far as the CPU has them),
 // the alignment (every 4-byte phase of a 64-byte line: the unaligned head),
-// length (blocks of 4096, 64-element steps, tails), the mask, and how often
+// length (blocks of 8192 and 4096, 64-element steps, tails), the mask, and how often
 // NaN/Inf occur (never: the SIMD blocks; rarely: some blocks redone by the
 // general path; often: most of them), with -0, denormals, wide magnitudes
 // and data far from zero. What was not asked for is NaN.
@@ -284,11 +285,13 @@ RC_GTEST_PROP(TensorStats, MaskedFloat32StatsEqualANaiveReference, ()) {
                                               vigil::detail::StatsKernel::general));
   const std::int64_t n = *rc::gen::oneOf(
       rc::gen::element<std::int64_t>(1, 15, 16, 17, 63, 64, 65, 79, 80, 4095, 4096, 4097,
-                                     4096 + 64, 4096 + 79, 4096 * 3 + 16, 10000),
-      rc::gen::inRange<std::int64_t>(0, 20000));
+                                     8191, 8192, 8193, 8192 + 64, 8192 + 79, 8192 * 3 + 16, 10000),
+      rc::gen::inRange<std::int64_t>(0, 40000));
   const std::size_t misalign = *rc::gen::inRange<std::size_t>(0, 16);
   const int nonfinite_every = *rc::gen::element(0, 5000, 13);
-  const int spread = *rc::gen::element(0, 1, 2);  // k/64; wide magnitudes; far from zero
+  // k/64; wide magnitudes; far from zero (each block's M2 from its shifted
+  // squares); a few deviations from zero (M2 read off the block's sums).
+  const int spread = *rc::gen::element(0, 1, 2, 3);
   const StatMask mask = *rc::gen::arbitrary<std::uint32_t>() & ((StatMask{1} << vigil::stat_count) - 1);
   std::mt19937_64 rng(*rc::gen::arbitrary<std::uint64_t>());
   std::vector<float> buf(static_cast<std::size_t>(n) + misalign);
@@ -306,8 +309,10 @@ RC_GTEST_PROP(TensorStats, MaskedFloat32StatsEqualANaiveReference, ()) {
       v = static_cast<float>(static_cast<std::int64_t>(rng() % 200000) - 100000) / 64.0f;
     } else if (spread == 1) {
       v = normal(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 120) - 60);
-    } else {
+    } else if (spread == 2) {
       v = 1000.0f + normal(rng) * 0.01f;
+    } else {
+      v = 3.0f + normal(rng);
     }
     data[i] = v;
   }
@@ -328,11 +333,70 @@ RC_GTEST_PROP(TensorStats, MaskedFloat32StatsEqualANaiveReference, ()) {
       if (!std::isnan(got[s])) RC_FAIL(std::string(vigil::stat_name(s)) + " computed unasked");
       continue;
     }
+    // Counts, fractions and extremes are exact in every kernel.
+    const bool exact = s == Stat::min || s == Stat::max || s == Stat::abs_max ||
+                       s == Stat::frac_zero || s == Stat::frac_pos || s == Stat::frac_neg ||
+                       s == Stat::frac_nan || s == Stat::frac_inf || s == Stat::nan_count ||
+                       s == Stat::inf_count || s == Stat::numel;
     const double sc = (s == Stat::var || s == Stat::std) ? scale * scale : scale;
-    if (!close(got[s], want[s], s == Stat::std ? scale : sc))
-      RC_FAIL(std::string(vigil::stat_name(s)) + ": got " + std::to_string(got[s]) + " want " +
-              std::to_string(want[s]) + " (numel " + std::to_string(n) + ")");
+    if (exact ? !(got[s] == want[s] || (std::isnan(got[s]) && std::isnan(want[s])))
+              : !close(got[s], want[s], s == Stat::std ? scale : sc))
+      RC_FAIL(std::string(vigil::stat_name(s)) + ": got " + fmt::format("{}", got[s]) + " want " +
+              fmt::format("{}", want[s]) + " (numel " + std::to_string(n) + ")");
   }
+}
+
+// The variance keeps the relative accuracy of double shifted sums in every
+// kernel, whatever each block's mean against its spread: centred data and a
+// few deviations off zero (the AVX-512 kernel reads a block's M2 off its
+// sums), data far from zero (it takes the block's shifted squares), blocks
+// of both kinds in one tensor, and a constant tensor, whose variance is
+// exactly 0.
+TEST(TensorStats, VarianceKeepsItsRelativeAccuracy) {
+  using K = vigil::detail::StatsKernel;
+  const std::int64_t n = 3 * 8192 + 100;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  struct Case {
+    const char* name;
+    std::function<float(std::int64_t)> value;
+  };
+  const Case cases[] = {
+      {"centred", [&](std::int64_t) { return static_cast<float>(normal(rng)); }},
+      {"3 sd off zero", [&](std::int64_t) { return static_cast<float>(3 + normal(rng)); }},
+      {"7.8 sd off zero", [&](std::int64_t) { return static_cast<float>(7.8 + normal(rng)); }},
+      {"8 sd off zero", [&](std::int64_t) { return static_cast<float>(8 + normal(rng)); }},
+      {"1000 +- 0.01", [&](std::int64_t) { return static_cast<float>(1000 + 0.01 * normal(rng)); }},
+      {"-1e6 +- 1", [&](std::int64_t) { return static_cast<float>(-1e6 + normal(rng)); }},
+      {"blocks both ways", [&](std::int64_t i) {
+         return static_cast<float>((i / 8192) % 2 == 0 ? normal(rng) : 100 + normal(rng));
+       }},
+      {"tiny", [&](std::int64_t) { return static_cast<float>(1e-30 * normal(rng)); }},
+  };
+  for (const auto& c : cases)
+    for (const std::size_t misalign : {0, 5})
+      for (const K k : {K::best, K::avx2, K::general}) {
+        const ForcedKernel kernel(k);
+        std::vector<float> buf(static_cast<std::size_t>(n) + misalign);
+        for (std::int64_t i = 0; i < n; ++i) buf[misalign + static_cast<std::size_t>(i)] = c.value(i);
+        const std::int64_t shape[] = {n};
+        const auto got = vigil::compute_stats({buf.data() + misalign, DType::float32, shape, {}},
+                                              vigil::stat_bit(Stat::var) | vigil::stat_bit(Stat::std));
+        const auto want = naive(std::vector<double>(buf.begin() + static_cast<std::ptrdiff_t>(misalign), buf.end()), nullptr);
+        EXPECT_LE(std::abs(got[Stat::var] - want[Stat::var]), 1e-10 * want[Stat::var])
+            << c.name << " kernel " << static_cast<int>(k) << " got " << got[Stat::var] << " want " << want[Stat::var];
+        EXPECT_LE(std::abs(got[Stat::std] - want[Stat::std]), 1e-10 * want[Stat::std]) << c.name;
+      }
+  for (const float v : {0.3f, -7.0f, 0.0f, 1e30f})
+    for (const K k : {K::best, K::avx2, K::general}) {
+      const ForcedKernel kernel(k);
+      const std::vector<float> buf(static_cast<std::size_t>(n), v);
+      const std::int64_t shape[] = {n};
+      const auto got = vigil::compute_stats({buf.data(), DType::float32, shape, {}});
+      EXPECT_EQ(got[Stat::var], 0.0) << v << " kernel " << static_cast<int>(k);
+      EXPECT_EQ(got[Stat::std], 0.0) << v;
+      EXPECT_EQ(got[Stat::mean], static_cast<double>(v)) << v;
+    }
 }
 
 // ---- several threads per tensor -------------------------------------------
@@ -380,8 +444,8 @@ struct Threading {
 // length grows); with and without NaN/Inf blocks; aligned and not.
 TEST(TensorStats, ThreadCountNeverChangesABit) {
   constexpr std::int64_t chunk = std::int64_t{1} << 18;
-  const std::int64_t lengths[] = {chunk + 1, 3 * chunk, 5 * chunk + 4096 * 3 + 17,
-                                  64 * chunk + 3 * 4096 + 5};
+  const std::int64_t lengths[] = {chunk + 1, 3 * chunk, 5 * chunk + 8192 * 3 + 17,
+                                  64 * chunk + 3 * 8192 + 4096 + 5};
   std::uint64_t seed = 1;
   for (const std::int64_t n : lengths)
     for (const bool special : {false, true}) {
