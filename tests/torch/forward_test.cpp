@@ -30,7 +30,8 @@ bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)
 TEST(ActivationStatsKernel, EqualsTheEnginesFracZeroAndFracDeadUnits) {
   ::torch::manual_seed(3);
   const std::vector<std::vector<std::int64_t>> shapes = {
-      {1, 5}, {2, 1}, {3, 2049}, {7, 4, 33}, {64, 3000}, {16, 12, 16, 16}, {5, 17}};
+      {1, 5}, {2, 1}, {3, 2049}, {7, 4, 33}, {64, 3000}, {16, 12, 16, 16}, {5, 17},
+      {3, 16400}, {2, 5, 8001}};  // the last two: more than one block of the kernel
   for (const auto& shape : shapes) {
     auto t = ::torch::relu(::torch::randn(shape) + 0.3).contiguous();
     float* p = t.data_ptr<float>();
@@ -57,8 +58,7 @@ TEST(ActivationStatsKernel, EqualsTheEnginesFracZeroAndFracDeadUnits) {
   }
 }
 
-// conv -> ReLU (12 x 16 x 16 = 3072 units per sample: more than one block of
-// the kernel), a fully connected ReLU of 19 units (not a multiple of the
+// conv -> ReLU (12 x 16 x 16 = 3072 units per sample), a fully connected ReLU of 19 units (not a multiple of the
 // vector width) and a tanh, batch 16.
 struct Net : ::torch::nn::Module {
   Net() {
