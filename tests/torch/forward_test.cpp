@@ -9,6 +9,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <new>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -167,6 +170,72 @@ TEST(MonitorForwardStats, SameObservationsAndFiringsAsReadingAfterBackward) {
     EXPECT_EQ(forward.firings[i].labels, after.firings[i].labels) << i;
     EXPECT_TRUE(same(forward.firings[i].value, after.firings[i].value)) << i;
   }
+}
+
+}  // namespace
+
+// Heap allocations made by this process's operator new (the libtorch
+// allocator for tensor memory is not counted: it is the model's).
+namespace {
+std::atomic<std::uint64_t> g_news{0};
+}  // namespace
+void* operator new(std::size_t n) {
+  g_news.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+// After warm-up (windows full, scratch vectors grown), a step of a healthy
+// run allocates nothing in the Monitor: neither activation() (the stats are
+// taken into reused buffers, no tensor handle is kept) nor after_backward /
+// after_step (gradients read in place).
+TEST(MonitorForwardStats, NoAllocationPerStepAfterWarmUp) {
+  const std::string rules =
+      "rule dead: when activation.frac_dead_units(1) > 2 or activation.frac_zero > 2 do log\n"
+      "rule vanishing: when grad_abs_mean < 0 do log\n"
+      "rule spike: when grad_norm > 1e6 * median(grad_norm[20 steps]) after 20 steps do log\n";
+  auto compiled = vigil::compile_string(rules, "alloc.rules");
+  ASSERT_TRUE(compiled.ok()) << compiled.format_diagnostics();
+  ::torch::manual_seed(5);
+  auto net = std::make_shared<Net>();
+  ::torch::optim::SGD opt(net->parameters(), ::torch::optim::SGDOptions(0.05));
+  const auto x = ::torch::randn({16, 3, 16, 16});
+  const auto y = ::torch::randint(0, 4, {16}, ::torch::kLong);
+  vigil::Engine engine(*compiled.program);
+  MonitorOptions options;
+  options.log = [](std::string_view) {};
+  vigil::torch::Monitor mon(engine, *net, opt, options);
+  // The forward pass allocates (libtorch's autograd graph); only the
+  // Monitor's calls are counted.
+  std::uint64_t in_monitor = 0, first_step = 0;  // the first interns series: it allocates
+  for (std::int64_t step = 1; step <= 40; ++step) {
+    opt.zero_grad();
+    auto h = ::torch::relu(net->conv->forward(x));
+    std::uint64_t n0 = g_news.load();
+    mon.activation("relu_conv", h);
+    if (step > 30) in_monitor += g_news.load() - n0;
+    if (step == 1) first_step += g_news.load() - n0;
+    auto h2 = ::torch::relu(net->fc1->forward(::torch::max_pool2d(h, 2).flatten(1)));
+    n0 = g_news.load();
+    mon.activation("relu_fc", h2);
+    if (step > 30) in_monitor += g_news.load() - n0;
+    auto loss = ::torch::nn::functional::cross_entropy(net->fc2->forward(h2), y);
+    loss.backward();
+    const double value = loss.item<double>();
+    n0 = g_news.load();
+    const auto d = mon.after_backward(step, value);
+    mon.after_step(step);
+    if (step > 30) in_monitor += g_news.load() - n0;
+    EXPECT_TRUE(d.firings.empty());
+    opt.step();
+  }
+  EXPECT_EQ(mon.stats().activations_in_forward, 2u * 39);
+  EXPECT_GT(first_step, 0u);  // the count sees the Monitor's allocations
+  EXPECT_EQ(in_monitor, 0u);
 }
 
 }  // namespace
