@@ -15,6 +15,7 @@
 #include <iterator>
 #include <limits>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench/verify.hpp"
@@ -83,6 +84,14 @@ BENCHMARK(BM_Trainer_RulesCheckpointEvery25)->Unit(benchmark::kMillisecond);
 // abs_mean, dead ReLUs on the five ReLU outputs, loss rules). Each iteration
 // is one step of each, in alternating order, so load drift hits both alike;
 // both must end at the same loss (equal work).
+double cpu_seconds(clockid_t clock) {
+  timespec ts{};
+  ::clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+double process_cpu_seconds() { return cpu_seconds(CLOCK_PROCESS_CPUTIME_ID); }
+double thread_cpu_seconds() { return cpu_seconds(CLOCK_THREAD_CPUTIME_ID); }
+
 struct Cnn : torch::nn::Module {
   Cnn() {
     conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 32, 3).padding(1)));
@@ -94,7 +103,13 @@ struct Cnn : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x, vigil::torch::Monitor* mon) {
     auto watch = [&](const char* name, torch::Tensor h) {
-      if (mon) mon->activation(name, h);
+      if (mon) {
+        // The stats the Monitor takes here (activation_stats_in_forward)
+        // are part of its cost: timed apart from after_backward.
+        const double c0 = thread_cpu_seconds();
+        mon->activation(name, h);
+        activation_cpu += thread_cpu_seconds() - c0;
+      }
       return h;
     };
     x = torch::max_pool2d(watch("relu1", torch::relu(conv1->forward(x))), 2);
@@ -106,6 +121,7 @@ struct Cnn : torch::nn::Module {
   }
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+  double activation_cpu = 0;  // seconds of thread CPU in Monitor::activation
 };
 
 struct CnnRun {
@@ -116,30 +132,38 @@ struct CnnRun {
   double loss = 0;
   double wall = 0, cpu = 0;  // seconds spent in steps
   double monitor_wall = 0;   // of which in after_backward and after_step
+  double monitor_cpu = 0;    // the same in this thread's CPU time
+  long faults = 0;           // minor page faults during steps
   double last_wall = 0, last_cpu = 0;  // of the latest step
 };
 
-double process_cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+long minor_faults() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
 }
 
 void cnn_step(CnnRun& r, std::int64_t step, const torch::Tensor& x, const torch::Tensor& y) {
   const auto wall0 = std::chrono::steady_clock::now();
   const double cpu0 = process_cpu_seconds();
+  const long faults0 = minor_faults();
   r.opt->zero_grad();
   auto loss = torch::nn::functional::cross_entropy(r.model->forward(x, r.monitor.get()), y);
   loss.backward();
   const double value = loss.item<double>();
   bool skip = false;
   auto m0 = std::chrono::steady_clock::now();
+  double c0 = thread_cpu_seconds();
   if (r.monitor) skip = r.monitor->after_backward(step, value).skip_step;
   r.monitor_wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
+  r.monitor_cpu += thread_cpu_seconds() - c0;
   if (!skip) r.opt->step();
   m0 = std::chrono::steady_clock::now();
+  c0 = thread_cpu_seconds();
   if (r.monitor) r.monitor->after_step(step);
   r.monitor_wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
+  r.monitor_cpu += thread_cpu_seconds() - c0;
+  r.faults += minor_faults() - faults0;
   r.loss = value;
   r.last_cpu = process_cpu_seconds() - cpu0;
   r.last_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
@@ -218,6 +242,10 @@ void run_cnn(benchmark::State& state, const vigil::CompileResult& rules, bool on
   state.counters["sum_overhead_%"] = 100 * (watched.wall - plain.wall) / plain.wall;
   state.counters["in_monitor_ms"] = 1e3 * watched.monitor_wall / n;
   state.counters["in_monitor_%"] = 100 * watched.monitor_wall / plain.wall;
+  state.counters["in_monitor_cpu_%"] = 100 * watched.monitor_cpu / plain.cpu;
+  state.counters["in_activation_cpu_%"] = 100 * watched.model->activation_cpu / plain.cpu;
+  state.counters["faults_bare"] = static_cast<double>(plain.faults) / n;
+  state.counters["faults_watched"] = static_cast<double>(watched.faults) / n;
   state.counters["tensors/step"] =
       static_cast<double>(watched.monitor->stats().tensors_observed) / n;
 }
@@ -240,9 +268,17 @@ void BM_Cnn5M_Every10Steps_EveryStep(benchmark::State& s) {
   static const auto rules = vigil::compile_string(kSampledRules, "sampled.rules");
   run_cnn(s, rules, false);
 }
+// The Monitor with no tensor rule (a NaN guard on the loss): its fixed cost
+// per step and the noise floor of the pairing, against which the rows above
+// are read.
+void BM_Cnn5M_LossRuleOnly(benchmark::State& s) {
+  static const auto rules = vigil::compile_string("use std.terminate_on_nan()\n", "loss.rules");
+  run_cnn(s, rules, true);
+}
 BENCHMARK(BM_Cnn5M_RecommendedRules)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Cnn5M_Every10Steps_OnlyDue)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Cnn5M_Every10Steps_EveryStep)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Cnn5M_LossRuleOnly)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // 64 MiB of float32, normal values.
 const torch::Tensor& big() {

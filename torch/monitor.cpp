@@ -4,6 +4,8 @@
 // Owns: the libtorch side. Must not touch: rule evaluation (the engine does it).
 #include "vigil/torch.hpp"
 
+#include "activation_stats.hpp"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
 #include <torch/torch.h>
@@ -30,6 +32,8 @@ namespace vigil::torch {
 namespace {
 
 namespace fs = std::filesystem;
+
+constexpr StatMask all_stat_bits = (StatMask{1} << stat_count) - 1;
 
 // Alarms decide "last_good": a firing whose actions only log or save is not a
 // sign of trouble (a `checkpoint` rule would otherwise spoil every checkpoint).
@@ -292,8 +296,40 @@ struct Monitor::Impl {
   MonitorOptions options;
 
   std::vector<Param> params;
-  std::map<std::string, TensorId, std::less<>> activation_ids;
-  std::vector<std::pair<TensorId, at::Tensor>> activations;
+
+  // An activation series and what activation() needs to hand over its
+  // stats itself: the derived series the engine would fill from the tensor
+  // (`activation_frac_zero{layer="relu1"}`, `activation_frac_dead_units(1){...}`).
+  struct ParamSeries {
+    ParamStat stat = ParamStat::frac_outside;
+    std::size_t nargs = 0;
+    double args[max_param_stat_args] = {};
+    SeriesId series = 0;
+  };
+  struct ActivationSeries {
+    TensorId id = 0;
+    StatMask used = 0;  // Engine::tensor_stats_used, fixed once interned
+    SeriesId derived[stat_count] = {};
+    std::vector<ParamSeries> params;
+    bool forward = false;  // its stats may be taken in activation()
+  };
+  std::map<std::string, ActivationSeries, std::less<>> activation_series;  // node addresses are stable
+  // One activation() call of this step: its stats taken at the call
+  // (`computed`: stat bits in `stats`, plus param_stats_bit if its
+  // parameterised stats are in param_values from `params_at`), and/or the
+  // tensor itself, kept whenever some used stat was not taken.
+  struct PendingActivation {
+    const ActivationSeries* series = nullptr;
+    at::Tensor tensor;
+    StatMask computed = 0;
+    TensorStats stats;
+    std::size_t params_at = 0;
+  };
+  std::vector<PendingActivation> activations;
+  std::vector<double> param_values;
+  // The step the next after_backward is expected at (the previous one's
+  // plus 1): what activation() asks tensor_stats_due about.
+  std::optional<std::int64_t> next_step;
   std::map<std::string, SeriesId, std::less<>> scalar_ids;
   std::vector<Sample> host_samples;
   std::map<std::string, double, std::less<>> latest;  // last value of each host scalar, for "best"
@@ -474,6 +510,12 @@ struct Monitor::Impl {
   // A CPU view of `t` in a dtype the core reads; the converted tensor (if any)
   // is kept alive in `keep` until observe() returns.
   TensorView view_of(const at::Tensor& t) {
+    // A CPU tensor the core reads as is: a view of `t` itself, which the
+    // caller keeps alive through observe (a parameter, its gradient, a kept
+    // activation); no handle or conversion, so nothing is allocated.
+    if (const auto d = core_dtype(t); d && t.device().is_cpu())
+      return TensorView{t.data_ptr(), *d, {t.sizes().data(), t.sizes().size()},
+                        {t.strides().data(), t.strides().size()}};
     at::Tensor x = t.detach();
     if (!x.device().is_cpu()) x = x.cpu();
     DType dtype = DType::float32;
@@ -488,6 +530,164 @@ struct Monitor::Impl {
     const at::Tensor& k = keep.back();
     return TensorView{k.data_ptr(), dtype, {k.sizes().data(), k.sizes().size()},
                       {k.strides().data(), k.strides().size()}};
+  }
+
+  static std::optional<DType> core_dtype(const at::Tensor& t) {
+    switch (t.scalar_type()) {
+      case at::kFloat: return DType::float32;
+      case at::kDouble: return DType::float64;
+      case at::kHalf: return DType::float16;
+      case at::kBFloat16: return DType::bfloat16;
+      default: return std::nullopt;
+    }
+  }
+
+  // The activation series `name`, interned as `id`: which of its stats the
+  // rules read and the derived series they go to, and whether activation()
+  // may take them (see MonitorOptions::activation_stats_in_forward).
+  ActivationSeries describe_activation(TensorId id, std::string_view name) {
+    ActivationSeries a;
+    a.id = id;
+    a.used = engine.tensor_stats_used(id);
+    constexpr StatMask keeps_previous = stat_bit(Stat::update_norm) | stat_bit(Stat::update_ratio);
+    bool ok = a.used != 0 && options.activation_stats_in_forward && !options.reduce_loss &&
+              options.device_stats != MonitorOptions::DeviceStats::always &&
+              (a.used & keeps_previous) == 0;
+    const Labels labels{{"layer", std::string(name)}};
+    for (std::size_t i = 0; ok && i < stat_count; ++i) {
+      const Stat st = static_cast<Stat>(i);
+      if ((a.used & stat_bit(st)) == 0) continue;
+      // Interned by engine.tensor() already: this finds it.
+      const auto sid = engine.series(format_series_key("activation_" + std::string(stat_name(st)), labels));
+      if (sid) a.derived[i] = *sid;
+      else ok = false;
+    }
+    if (ok && (a.used & param_stats_bit) != 0) {
+      // The engine derives a parameterised series for every selector of the
+      // plan named `activation_<stat>(<args>)`: the names the rules read.
+      std::set<std::string, std::less<>> seen;
+      for (const RuleInfo& rule : engine.program().rules())
+        for (const std::string& read : rule.reads) {
+          ParamStatRef ref;
+          if (!parse_param_stat_series(read, ref) || ref.tensor != "activation" ||
+              !seen.insert(read).second)
+            continue;
+          if (ref.stat == ParamStat::frac_changed) ok = false;  // keeps the previous value
+          const auto sid = engine.series(format_series_key(read, labels));
+          if (!sid) {
+            ok = false;
+            continue;
+          }
+          ParamSeries p;
+          p.stat = ref.stat;
+          p.nargs = ref.nargs;
+          std::copy_n(ref.args, ref.nargs, p.args);
+          p.series = *sid;
+          a.params.push_back(p);
+        }
+      if (a.params.empty()) ok = false;  // read through a name not seen here: the engine's way
+    }
+    a.forward = ok;
+    return a;
+  }
+
+  // activation(): takes the stats due at next_step from `x` now, while it is
+  // in cache, and keeps `x` only if some stat the rules read was not taken.
+  void take_activation(const ActivationSeries& a, const at::Tensor& x) {
+    PendingActivation& p = activations.emplace_back();
+    p.series = &a;
+    if (!a.forward || !next_step || !x.defined() || !x.device().is_cpu()) {
+      p.tensor = x.detach();
+      return;
+    }
+    const StatMask due =
+        options.only_due_tensors ? engine.tensor_stats_due(a.id, *next_step) : ~StatMask{0};
+    const StatMask emit = a.used & all_stat_bits & due;
+    const bool params = (a.used & due & param_stats_bit) != 0;
+    if (emit == 0 && !params) {
+      // Nothing due at the expected step; kept in case the step is another.
+      p.tensor = x.detach();
+      return;
+    }
+    at::Tensor converted;
+    const at::Tensor* t = &x;
+    DType dtype = DType::float32;
+    if (const auto d = core_dtype(x)) {
+      dtype = *d;
+    } else {
+      converted = x.detach().to(at::kFloat);
+      t = &converted;
+    }
+    const TensorView v{t->data_ptr(), dtype, {t->sizes().data(), t->sizes().size()},
+                       {t->strides().data(), t->strides().size()}};
+    p.params_at = param_values.size();
+    if (!(params && fused_zero_and_dead_units(a, v, emit, p))) {
+      if (emit != 0) p.stats = compute_stats(v, emit);
+      if (params)
+        for (const ParamSeries& ps : a.params)
+          param_values.push_back(
+              compute_param_stat(ps.stat, std::span<const double>(ps.args, ps.nargs), v));
+    }
+    p.computed = emit | (params ? param_stats_bit : 0);
+    // Whatever the step turns out to be, nothing beyond `used` can be due.
+    if ((a.used & ~p.computed) != 0) p.tensor = x.detach();
+  }
+
+  // dead_relu's pair (frac_zero and frac_dead_units, or either) of a
+  // contiguous float32 tensor in one pass (activation_stats.hpp), equal to
+  // the engine's two. False (nothing written) for anything else.
+  bool fused_zero_and_dead_units(const ActivationSeries& a, const TensorView& v, StatMask emit,
+                                 PendingActivation& p) {
+    if ((emit & ~stat_bit(Stat::frac_zero)) != 0 || v.dtype != DType::float32 ||
+        v.shape.size() < 2 || !v.contiguous())
+      return false;
+    for (const ParamSeries& ps : a.params)
+      if (ps.stat != ParamStat::frac_dead_units || ps.nargs != 1) return false;
+    const std::int64_t batch = v.shape[0];
+    const std::int64_t n = v.numel();
+    if (batch < 1 || n < 1 || batch >= (std::int64_t{1} << 31)) return false;
+    const std::int64_t units = n / batch;
+    std::int64_t zeros = 0;
+    for (const ParamSeries& ps : a.params) {
+      std::int64_t dead = 0;
+      detail::count_zeros_and_dead_units(static_cast<const float*>(v.data), batch, units,
+                                         ps.args[0], zeros, dead);
+      param_values.push_back(static_cast<double>(dead) / static_cast<double>(units));
+    }
+    if (emit != 0) {
+      std::fill(std::begin(p.stats.values), std::end(p.stats.values),
+                std::numeric_limits<double>::quiet_NaN());
+      p.stats.values[static_cast<std::size_t>(Stat::numel)] = static_cast<double>(n);
+      p.stats.values[static_cast<std::size_t>(Stat::frac_zero)] =
+          static_cast<double>(zeros) / static_cast<double>(n);
+    }
+    return true;
+  }
+
+  // after_backward: hands over each activation of the step, from the stats
+  // taken at the call when they hold what is due at `step`, else its tensor.
+  void collect_activations(std::int64_t step) {
+    for (PendingActivation& p : activations) {
+      const ActivationSeries& a = *p.series;
+      if (p.computed != 0) {
+        const StatMask due =
+            options.only_due_tensors ? engine.tensor_stats_due(a.id, step) : ~StatMask{0};
+        const StatMask emit = a.used & all_stat_bits & due;
+        const bool params = (a.used & due & param_stats_bit) != 0;
+        if ((emit & ~p.computed) == 0 && (!params || (p.computed & param_stats_bit) != 0)) {
+          if (emit == 0 && !params) continue;
+          ++counters.tensors_observed;
+          ++counters.activations_in_forward;
+          for (std::size_t i = 0; i < stat_count; ++i)
+            if (emit & stat_bit(static_cast<Stat>(i))) samples.push_back({a.derived[i], p.stats.values[i]});
+          if (params)
+            for (std::size_t j = 0; j < a.params.size(); ++j)
+              samples.push_back({a.params[j].series, param_values[p.params_at + j]});
+          continue;
+        }
+      }
+      collect(a.id, p.tensor, step);  // kept whenever a used stat was not taken
+    }
   }
 
   // Whether `t` (of a tensor series whose used stats are `used`) goes
@@ -831,6 +1031,7 @@ struct Monitor::Impl {
       if (fs::exists(p)) checkpoints.push_back({s, p.string(), metric});
     }
     last_time.reset();
+    next_step = loaded.step + 1;
     return loaded.step;
   }
 
@@ -956,13 +1157,13 @@ Monitor::~Monitor() {
 
 const at::Tensor& Monitor::activation(std::string_view name, const at::Tensor& x) {
   Impl& m = *impl_;
-  auto it = m.activation_ids.find(name);
-  if (it == m.activation_ids.end()) {
+  auto it = m.activation_series.find(name);
+  if (it == m.activation_series.end()) {
     const auto id = m.engine.tensor(format_series_key("activation", {{"layer", std::string(name)}}));
     if (!id) return x;
-    it = m.activation_ids.emplace(std::string(name), *id).first;
+    it = m.activation_series.emplace(std::string(name), m.describe_activation(*id, name)).first;
   }
-  if (m.engine.tensor_stats_used(it->second) != 0) m.activations.emplace_back(it->second, x.detach());
+  if (it->second.used != 0) m.take_activation(it->second, x);
   return x;
 }
 
@@ -987,11 +1188,13 @@ Decision Monitor::after_backward(std::int64_t step, double loss) {
   m.samples.clear();
   m.tensors.clear();
   m.keep.clear();
+  m.next_step = step + 1;
   if (step <= m.observed_through) {
     // Resumed from a checkpoint written before this step's update: the
     // engine has seen this step, and its firings were handled then.
     m.host_samples.clear();
     m.activations.clear();
+    m.param_values.clear();
     m.last_time = now;
     return d;
   }
@@ -1017,7 +1220,7 @@ Decision Monitor::after_backward(std::int64_t step, double loss) {
     if (m.options.watch_grads) m.collect(p.grad_id, p.tensor.grad(), step);
     if (m.options.watch_weights) m.collect(p.weight_id, p.tensor, step);
   }
-  for (const auto& [id, t] : m.activations) m.collect(id, t, step);
+  m.collect_activations(step);
   m.reduce_on_devices();
 
   // The run clock is the observations' time: `every 30m` is 30 minutes of
@@ -1034,6 +1237,7 @@ Decision Monitor::after_backward(std::int64_t step, double loss) {
   // checkpoint near it counts as "last_good".
   if (m.engine.pending() && (m.alarms.empty() || m.alarms.back() != step)) m.alarms.push_back(step);
   m.activations.clear();
+  m.param_values.clear();
   m.keep.clear();
   m.tensors.clear();
   m.run_queue(step, d);

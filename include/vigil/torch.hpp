@@ -98,6 +98,22 @@ struct MonitorOptions {
   /// of collecting every step. false: every tensor some rule reads, every
   /// step, all its stats (the reference the tests compare with).
   bool only_due_tensors = true;
+  /// Take the stats of an activation in activation(), while the tensor the
+  /// forward pass has just written is still in cache, instead of keeping it
+  /// alive until after_backward and reading it there: the stats due at the
+  /// step after the previous after_backward's (the usual loop), computed
+  /// then, handed to the engine as its derived samples at after_backward
+  /// (frac_zero and frac_dead_units together in one pass). If the step
+  /// turns out to be another and needs a stat not taken, or before the first
+  /// after_backward, the tensor is kept and read as before; so the firings
+  /// are those of `false`. Off (as if false) for tensors on another device,
+  /// for activations whose update stats or frac_changed some rule reads (the
+  /// engine keeps their previous value), and when `reduce_loss` is set: a
+  /// multi-process job's engine gathers and combines the stats, which needs
+  /// the tensors handed over (an engine with EngineOptions::allgather and no
+  /// reduce_loss must set this false). The stats are those of the value
+  /// passed at the call, even if the model later changes it in place.
+  bool activation_stats_in_forward = true;
   /// Where the stats of a tensor are computed (docs/torch.md, "Tensors on an
   /// accelerator"). `non_cpu`: a tensor on another device is reduced there
   /// by batched_stats() and only the stats come back; a CPU tensor is read
@@ -159,6 +175,9 @@ struct MonitorStats {
   /// Bytes copied from devices to the CPU for stats (one small vector per
   /// batch; the tensors themselves never move on the device path).
   std::uint64_t device_bytes = 0;
+  /// Of tensors_observed, the activations whose stats were taken in
+  /// activation() (MonitorOptions::activation_stats_in_forward).
+  std::uint64_t activations_in_forward = 0;
 };
 
 struct CheckpointInfo {
@@ -179,7 +198,9 @@ class Monitor {
   Monitor& operator=(const Monitor&) = delete;
 
   /// Records activation tensor `activation{layer="name"}` for the next
-  /// after_backward (kept alive until then, only if a rule reads it). Returns `x`.
+  /// after_backward, only if a rule reads it: its stats due then are taken
+  /// now (MonitorOptions::activation_stats_in_forward), else the tensor is
+  /// kept alive until then. Returns `x`.
   const at::Tensor& activation(std::string_view name, const at::Tensor& x);
   /// A host scalar (`accuracy`, `val_loss`...) observed with the next after_backward.
   void scalar(std::string_view key, double value);
