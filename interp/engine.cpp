@@ -203,6 +203,8 @@ void Engine::record(std::function<void(const Observation&)> recorder) {
   impl_->recorder = std::move(recorder);
 }
 
+bool Engine::gathers() const { return static_cast<bool>(impl_->options.allgather); }
+
 StatMask Engine::tensor_stats_used(TensorId id) const {
   const auto& tensors = impl_->state.store.tensors;
   if (id >= tensors.size()) return 0;

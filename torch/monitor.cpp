@@ -550,7 +550,7 @@ struct Monitor::Impl {
     a.id = id;
     a.used = engine.tensor_stats_used(id);
     constexpr StatMask keeps_previous = stat_bit(Stat::update_norm) | stat_bit(Stat::update_ratio);
-    bool ok = a.used != 0 && options.activation_stats_in_forward && !options.reduce_loss &&
+    bool ok = a.used != 0 && options.activation_stats_in_forward && !engine.gathers() &&
               options.device_stats != MonitorOptions::DeviceStats::always &&
               (a.used & keeps_previous) == 0;
     const Labels labels{{"layer", std::string(name)}};

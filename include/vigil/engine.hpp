@@ -216,6 +216,10 @@ class Engine {
   /// EngineStats::label_limit_drops). Which stats it yields is decided here,
   /// from the program.
   std::optional<TensorId> tensor(std::string_view key);
+  /// True if EngineOptions::allgather is set: tensor stats handed to
+  /// observe() are combined across processes, so a host must hand over the
+  /// tensors, not stats it computed itself.
+  [[nodiscard]] bool gathers() const;
   /// The stats of tensor series `id` that some rule reads, plus
   /// param_stats_bit if some rule reads a parameterised stat of it (0: the
   /// tensor is unused and need not be passed to observe).

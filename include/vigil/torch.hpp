@@ -108,10 +108,9 @@ struct MonitorOptions {
   /// after_backward, the tensor is kept and read as before; so the firings
   /// are those of `false`. Off (as if false) for tensors on another device,
   /// for activations whose update stats or frac_changed some rule reads (the
-  /// engine keeps their previous value), and when `reduce_loss` is set: a
-  /// multi-process job's engine gathers and combines the stats, which needs
-  /// the tensors handed over (an engine with EngineOptions::allgather and no
-  /// reduce_loss must set this false). The stats are those of the value
+  /// engine keeps their previous value), and when the engine gathers stats
+  /// across processes (EngineOptions::allgather: combining them needs the
+  /// tensors handed over). The stats are those of the value
   /// passed at the call, even if the model later changes it in place.
   bool activation_stats_in_forward = true;
   /// Where the stats of a tensor are computed (docs/torch.md, "Tensors on an

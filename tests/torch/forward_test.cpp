@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,7 +89,9 @@ struct TrainRun {
 
 // Steps with gaps (1-12, 15, 16, 30-45): at 13 and 17 the Monitor expects
 // a step that does not come.
-TrainRun train(bool in_forward) {
+// `gather`: the engine combines tensor stats across processes (a one-process
+// allgather), so the Monitor must hand the tensors over.
+TrainRun train(bool in_forward, bool gather = false) {
   const std::string rules =
       "use std.dead_relu(tensor = activation{layer=~\".*relu.*\"}) do log\n"
       "rule zero_often: when activation.frac_zero > 0.45 do log\n"
@@ -103,7 +106,13 @@ TrainRun train(bool in_forward) {
   ::torch::optim::SGD opt(net->parameters(), ::torch::optim::SGDOptions(0.05));
   const auto x = ::torch::randn({16, 3, 16, 16});
   const auto y = ::torch::randint(0, 4, {16}, ::torch::kLong);
-  vigil::Engine engine(*compiled.program);
+  vigil::EngineOptions engine_options;
+  if (gather)
+    engine_options.allgather = [](std::span<const double> local, std::vector<double>& all) {
+      all.assign(local.begin(), local.end());
+      return true;
+    };
+  vigil::Engine engine(*compiled.program, engine_options);
   MonitorOptions options;
   options.log = [](std::string_view) {};
   options.activation_stats_in_forward = in_forward;
@@ -169,6 +178,20 @@ TEST(MonitorForwardStats, SameObservationsAndFiringsAsReadingAfterBackward) {
     EXPECT_EQ(forward.firings[i].step, after.firings[i].step) << i;
     EXPECT_EQ(forward.firings[i].labels, after.firings[i].labels) << i;
     EXPECT_TRUE(same(forward.firings[i].value, after.firings[i].value)) << i;
+  }
+}
+
+// An engine with an allgather must get the activations themselves, to
+// combine their stats across processes: none are taken in the forward pass.
+TEST(MonitorForwardStats, AnEngineThatGathersGetsTheTensors) {
+  const TrainRun gathered = train(true, true);
+  EXPECT_EQ(gathered.stats.activations_in_forward, 0u);
+  const TrainRun after = train(false);
+  EXPECT_EQ(gathered.stats.tensors_observed, after.stats.tensors_observed);
+  ASSERT_EQ(gathered.firings.size(), after.firings.size());
+  for (std::size_t i = 0; i < after.firings.size(); ++i) {
+    EXPECT_EQ(gathered.firings[i].rule, after.firings[i].rule) << i;
+    EXPECT_EQ(gathered.firings[i].step, after.firings[i].step) << i;
   }
 }
 
