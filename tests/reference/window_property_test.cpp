@@ -446,6 +446,40 @@ RC_GTEST_PROP(OrderStatistics, RankSplitMatchesASortOfTheWindow, ()) {
   }
 }
 
+/// The xorshift stream the ExactSum properties draw their values from.
+struct Xorshift {
+  std::uint64_t r;
+  std::uint64_t operator()() {
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    return r;
+  }
+};
+
+/// A value built to be hard for an exact sum, in one of four styles (mixed
+/// with the others by `pick`): sums at or next to a halfway point between
+/// doubles (1 and 2 with their half-ulps, 2^-53 and 2^-54, and crumbs far
+/// below, 2^-106...), wide magnitudes, the negation of an earlier value of
+/// `v` (cancellation), else `plain(sign)`; never beyond 1e150.
+template <class Plain>
+double hard_value(Xorshift& next, int style, std::uint64_t pick, const std::vector<double>& v,
+                  Plain plain) {
+  const double sign = (next() & 1) ? 1.0 : -1.0;
+  double x;
+  if (style == 0 || pick == 0) {
+    static constexpr int exps[] = {0, 1, 52, 53, 54, 106, 107, 160};
+    x = sign * std::ldexp(1.0 + static_cast<double>(next() % 2), -exps[next() % 8]);
+  } else if (style == 1 || pick == 1) {
+    x = sign * std::ldexp(static_cast<double>(next() >> 11) + 1, static_cast<int>(next() % 1200) - 1050);
+  } else if (style == 2 && pick < 4 && !v.empty()) {
+    x = -v[next() % v.size()];
+  } else {
+    x = plain(sign);
+  }
+  return std::abs(x) <= 1e150 ? x : 1;
+}
+
 // ExactSum's compensated fast path (track(true), used by sum and mean)
 // against the digits alone: after every addition or removal of a sliding
 // window of values built to be hard -- magnitudes from 1e-300 to 1e150,
@@ -457,32 +491,13 @@ RC_GTEST_PROP(ExactSumProperty, CompensatedReadOutIsTheCorrectlyRoundedSum, ()) 
   const int n = *rc::gen::inRange(1, 3000);
   const auto width = static_cast<std::size_t>(*rc::gen::inRange(1, 200));
   const int style = *rc::gen::inRange(0, 4);
-  std::uint64_t r = *rc::gen::arbitrary<std::uint64_t>() | 1;
-  auto next = [&] {
-    r ^= r << 13;
-    r ^= r >> 7;
-    r ^= r << 17;
-    return r;
-  };
+  Xorshift next{*rc::gen::arbitrary<std::uint64_t>() | 1};
   std::vector<double> v;
   for (int i = 0; i < n; ++i) {
     const auto pick = next() % 8;
-    const double sign = (next() & 1) ? 1.0 : -1.0;
-    double x;
-    if (style == 0 || pick == 0) {
-      // Sums at or next to a halfway point between doubles: 1 and 2 with
-      // their half-ulps (2^-53, 2^-54) and crumbs far below (2^-106...).
-      static constexpr int exps[] = {0, 1, 52, 53, 54, 106, 107, 160};
-      x = sign * std::ldexp(1.0 + static_cast<double>(next() % 2), -exps[next() % 8]);
-    }
-    else if (style == 1 || pick == 1)  // wide magnitudes
-      x = sign * std::ldexp(static_cast<double>(next() >> 11) + 1, static_cast<int>(next() % 1200) - 1050);
-    else if (style == 2 && pick < 4 && !v.empty())  // undo an earlier value: cancellation
-      x = -v[next() % v.size()];
-    else
-      x = sign * (static_cast<double>(next() >> 11) / 9007199254740992.0) * 1000;
-    if (!(std::abs(x) <= 1e150)) x = 1;
-    v.push_back(x);
+    v.push_back(hard_value(next, style, pick, v, [&](double sign) {
+      return sign * (static_cast<double>(next() >> 11) / 9007199254740992.0) * 1000;
+    }));
   }
   vigil::interp::ExactSum fast, digits;
   fast.track(true);
@@ -510,32 +525,16 @@ RC_GTEST_PROP(ExactSumProperty, DoubleDoubleReadOutIsCanonicalInEitherForm, ()) 
   const int n = *rc::gen::inRange(1, 1500);
   const auto width = static_cast<std::size_t>(*rc::gen::inRange(1, 200));
   const int style = *rc::gen::inRange(0, 4);
-  std::uint64_t r = *rc::gen::arbitrary<std::uint64_t>() | 1;
-  auto next = [&] {
-    r ^= r << 13;
-    r ^= r >> 7;
-    r ^= r << 17;
-    return r;
-  };
+  Xorshift next{*rc::gen::arbitrary<std::uint64_t>() | 1};
   std::vector<double> v;
   std::vector<std::int64_t> d;
   for (int i = 0; i < n; ++i) {
     const auto pick = next() % 8;
-    const double sign = (next() & 1) ? 1.0 : -1.0;
-    double x;
-    if (style == 0 || pick == 0) {
-      static constexpr int exps[] = {0, 1, 52, 53, 54, 106, 107, 160};
-      x = sign * std::ldexp(1.0 + static_cast<double>(next() % 2), -exps[next() % 8]);
-    } else if (style == 1 || pick == 1) {
-      x = sign * std::ldexp(static_cast<double>(next() >> 11) + 1, static_cast<int>(next() % 1200) - 1050);
-    } else if (style == 2 && pick < 4 && !v.empty()) {
-      x = -v[next() % v.size()];
-    } else {
-      x = sign * (2 + static_cast<double>(next() >> 11) / 9007199254740992.0);
-      if (pick == 2) x = std::round(x * 10) / 10;
-    }
-    if (!(std::abs(x) <= 1e150)) x = 1;
-    v.push_back(x);
+    v.push_back(hard_value(next, style, pick, v, [&](double sign) {
+      // Metric-like: near 2, some with one decimal.
+      const double x = sign * (2 + static_cast<double>(next() >> 11) / 9007199254740992.0);
+      return pick == 2 ? std::round(x * 10) / 10 : x;
+    }));
     d.push_back(pick == 3 ? static_cast<std::int64_t>(next() % (std::uint64_t{1} << 40)) - (std::int64_t{1} << 39)
                           : static_cast<std::int64_t>(next() % 20000) - 10000);
   }
