@@ -20,14 +20,14 @@ std::optional<ir::Rule> Checker::instantiate(const RuleStmt& rs) {
     return out;
   }
   const auto& use = std::get<ast::UseDecl>(*rs.stmt);
-  const Module& from = use.std_prefix ? std_ : user_;
+  const Module& from = use.std_prefix ? std_templates() : user_;
   auto it = from.templates.find(use.template_name);
   if (it == from.templates.end()) {
     std::vector<std::string> names;
     for (const auto& [n, t] : from.templates) names.push_back(n);
     std::string suggestion = closest_match(use.template_name, names);
     if (!suggestion.empty() && use.std_prefix) suggestion = "std." + suggestion;
-    if (suggestion.empty() && !use.std_prefix && std_.templates.count(use.template_name))
+    if (suggestion.empty() && !use.std_prefix && std_templates().templates.count(use.template_name))
       suggestion = "std." + use.template_name;
     error("unknown-template", rs.file, use.name_range,
           fmt::format("unknown template '{}{}'", use.std_prefix ? "std." : "", use.template_name),

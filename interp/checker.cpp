@@ -4,6 +4,8 @@
 // Rules and templates are check_rules.cpp's, expressions check_expressions.cpp's.
 #include <algorithm>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <utility>
 
 #include "interp/checker_impl.hpp"
@@ -88,24 +90,38 @@ namespace {
 // cost of compiling a small rule file (three quarters of it, measured with
 // the compile fuzz target). The trees are immutable and the checker only
 // reads them (Module entries point into them), so all compiles share them.
-// Their file ids are those of a SourceSet holding only the standard files,
-// in the order load_standard adds them.
-struct StandardFiles {
+// Their file ids are those of `sources`, which holds every standard file in
+// the order load_standard adds them. Each file is parsed on first use: a
+// rule file that uses no standard template never pays for the templates'
+// files (most of the parse; `rulecheck check` of such a file spent half its
+// instructions there), and a one-shot process such as `rulecheck run` is
+// all first use.
+class StandardFiles {
+ public:
+  StandardFiles() {
+    sources.add("std/prelude.rules", std::string(stdlib::standard_actions_source()));
+    for (const auto& f : stdlib::standard_rule_files()) sources.add(std::string(f.name), std::string(f.text));
+    parsed_ = std::make_unique<Lazy[]>(sources.size());
+  }
+  /// File `id`'s tree; thread-safe (compiles may run concurrently).
+  const grammar::ParseResult& parsed(std::uint32_t id) const {
+    Lazy& l = parsed_[id];
+    std::call_once(l.once, [&] { l.result = grammar::parse(sources, id); });
+    return l.result;
+  }
+
   SourceSet sources;
-  std::vector<grammar::ParseResult> parsed;
+
+ private:
+  struct Lazy {
+    std::once_flag once;
+    grammar::ParseResult result;
+  };
+  std::unique_ptr<Lazy[]> parsed_;
 };
 
 const StandardFiles& standard_files() {
-  static const StandardFiles files = [] {
-    StandardFiles out;
-    auto add = [&](std::string name, std::string_view text) {
-      const auto id = out.sources.add(std::move(name), std::string(text));
-      out.parsed.push_back(grammar::parse(out.sources, id));
-    };
-    add("std/prelude.rules", stdlib::standard_actions_source());
-    for (const auto& f : stdlib::standard_rule_files()) add(std::string(f.name), f.text);
-    return out;
-  }();
+  static const StandardFiles files;
   return files;
 }
 
@@ -123,10 +139,23 @@ void Checker::load_standard() {
     return;
   }
   sources_ = standard.sources;  // a copy with its line index: no rescan of the text
-  for (const auto& parsed : standard.parsed) {
-    for (const auto& d : parsed.diagnostics) diags_.push_back(d);
-    load(parsed.file.file, &parsed.file, {}, std_, nullptr);
-  }
+  // The prelude (the standard actions) now; the template files when a
+  // template is first looked up (std_templates()).
+  load_shared_standard(0);
+  std_pending_ = 1;
+}
+
+void Checker::load_shared_standard(std::uint32_t id) {
+  const grammar::ParseResult& parsed = standard_files().parsed(id);
+  for (const auto& d : parsed.diagnostics) diags_.push_back(d);
+  load(id, &parsed.file, {}, std_, nullptr);
+}
+
+const Module& Checker::std_templates() {
+  for (; std_pending_ != 0 && std_pending_ < standard_files().sources.size(); ++std_pending_)
+    load_shared_standard(std_pending_);
+  std_pending_ = 0;
+  return std_;
 }
 
 void Checker::load(std::uint32_t id, const std::string& dir, Module& module,

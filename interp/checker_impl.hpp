@@ -112,7 +112,12 @@ class Checker {
 
   const ast::File* parse(std::uint32_t id);
 
+  /// Adds the standard library: its files' text, and the declarations of
+  /// the prelude; the template files load on first use (std_templates()).
   void load_standard();
+  void load_shared_standard(std::uint32_t id);
+  /// The standard module with every template loaded.
+  const Module& std_templates();
 
   /// Registers the declarations of file `id` (and its imports, in place) in
   /// `module`; rule-making statements go to `rules` (null: the standard
@@ -225,6 +230,7 @@ class Checker {
   std::vector<Diagnostic>& diags_;
   std::vector<std::unique_ptr<ast::File>> files_;
   Module user_, std_;
+  std::uint32_t std_pending_ = 0;  // the next standard file to load; 0: none left
   std::vector<RuleStmt> user_rules_;
   std::map<std::string, ActionDef, std::less<>> actions_;
   struct AliasDef {
