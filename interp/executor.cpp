@@ -22,6 +22,13 @@ Executor::Executor(const Plan& plan) : plan_(&plan) {
     if (n.op == ir::Op::constant) columns_[i].push(0, n.constant, false);
   }
   fallback_from_.resize(plan.nodes.size(), no_node);
+  elementwise_.resize(plan.nodes.size());
+  for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
+    const auto& n = plan.nodes[i];
+    elementwise_[i] = n.op != ir::Op::constant && n.op != ir::Op::selector &&
+                      n.op != ir::Op::range_call &&
+                      (n.op != ir::Op::call || n.fn->kind == stdlib::FnKind::elementwise);
+  }
   args_.reserve(16);
 }
 
@@ -42,18 +49,19 @@ void Executor::evaluate(const SeriesStore& store, const Observe& at) {
     if (n.op == ir::Op::constant || !touched(id)) continue;
     Column& out = columns_[id];
     out.was_lone = lone(id);
-    // Windows by step or time change without a sample (and what reads
-    // them): those nodes are recomputed whole, as is everything at the
-    // first observation and after a restore.
-    if (!force_ && !n.time_dependent && sparse(id, n, out)) {
-      out.computed = at_.obs;
-      continue;
-    }
     // Operators and elementwise calls over scalars or lone elements: one
-    // value, written over the column's (execute_operator.cpp).
-    const bool elementwise = n.op != ir::Op::selector && n.op != ir::Op::range_call &&
-                             (n.op != ir::Op::call || n.fn->kind == stdlib::FnKind::elementwise);
-    if (!elementwise || !eval_scalar(n, out)) {
+    // value, written over the column's (execute_operator.cpp). A whole
+    // recomputation, so always right, and cheaper than the label
+    // bookkeeping of a sparse update: tried first.
+    const bool elementwise = elementwise_[id];
+    if (!(elementwise && eval_scalar(n, out))) {
+      // Windows by step or time change without a sample (and what reads
+      // them): those nodes are recomputed whole, as is everything at the
+      // first observation and after a restore.
+      if (!force_ && !n.time_dependent && sparse(id, n, out)) {
+        out.computed = at_.obs;
+        continue;
+      }
       out.clear();
       switch (n.op) {
         case ir::Op::selector: eval_selector(n, out); break;

@@ -163,6 +163,8 @@ class Executor {
   std::vector<RunKind> run_kind_;
   std::vector<std::vector<RunningWindow>> running_;
   std::vector<std::vector<SeriesId>> running_ids_;
+  /// Per node: an operator or elementwise call (eval_scalar applies).
+  std::vector<std::uint8_t> elementwise_;
   /// Per default() node: the input its column was taken from (no_node: none yet).
   std::vector<std::uint32_t> fallback_from_;
   // Sparse scratch: the changed labels, the updates, a one-element column
