@@ -12,6 +12,8 @@
 #include <optional>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/support/files.hpp"
 #include "vigil/engine.hpp"
@@ -121,6 +123,50 @@ TEST(Checker, StandardLibraryTemplatesAndActions) {
   auto q = compile_ok("when loss > 1 do reduce_lr");
   EXPECT_EQ(q.rules()[0].actions[0].number("factor"), 0.1);
   EXPECT_EQ(q.rules()[0].actions[0].number("min_lr", -1), 0.0);
+}
+
+// The standard library's template files are parsed on first use, once per
+// process (interp/checker.cpp). Each test runs in its own process, so here
+// the first uses race: threads compiling files that use templates of
+// different standard files, and one that uses none, must get what the same
+// compiles give one after another.
+TEST(Checker, StandardTemplatesLoadOnFirstUseFromManyThreads) {
+  const std::vector<std::string> sources = {
+      "use std.loss_spike(metric = val_loss, k = 3, window = 4, n = 1) as vs\n",
+      "use std.terminate_on_nan(metric = loss)\nuse std.spot_preemption()\n",
+      "use std.vanishing_gradient()\nuse std.cusum_shift(metric = loss)\n",
+      "when loss > 1 do reduce_lr\n",
+      "use loss_spike(metric = loss)\n",  // an error: the user module has no such template
+  };
+  auto signature = [](const std::string& text) {
+    auto r = vigil::compile_string(text, "t.rules");
+    std::string out;
+    for (const auto& d : r.diagnostics) out += d.message + " [" + d.suggestion + "]\n";
+    if (!r.program) return out;
+    for (const auto& rule : r.program->rules()) {
+      out += rule.name + " " + std::string(vigil::to_string(rule.severity)) + " " +
+             rule.template_name + " reads";
+      for (const auto& name : rule.reads) out += " " + name;
+      for (const auto& a : rule.actions) out += " do " + a.name;
+      out += "\n";
+    }
+    return out;
+  };
+  std::vector<std::string> concurrent(sources.size());
+  {
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < sources.size(); ++i)
+      threads.emplace_back([&, i] { concurrent[i] = signature(sources[i]); });
+    for (auto& t : threads) t.join();
+  }
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    EXPECT_EQ(concurrent[i], signature(sources[i])) << sources[i];
+  EXPECT_NE(concurrent[0].find("vs warning loss_spike reads val_loss do alert"), std::string::npos)
+      << concurrent[0];
+  EXPECT_NE(concurrent[2].find("cusum_shift"), std::string::npos) << concurrent[2];
+  // An unknown user template that the standard library has: the suggestion
+  // needs the template files even though no rule loaded them.
+  EXPECT_NE(concurrent[4].find("[std.loss_spike]"), std::string::npos) << concurrent[4];
 }
 
 TEST(Checker, ImportsResolveRelativeToTheImportingFileAndDetectCycles) {
