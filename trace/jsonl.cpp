@@ -32,6 +32,7 @@
 #include "trace/input.hpp"
 #include "trace/io.hpp"
 #include "trace/json_values.hpp"
+#include "trace/jsonl_scan.hpp"
 #include "trace/key_table.hpp"
 #include "vigil/trace.hpp"
 
@@ -159,6 +160,16 @@ class JsonlReader final : public TraceReader {
   /// (see the top of the file); false leaves `out` alone and the line to
   /// parse_line's general path.
   bool parse_ordinary(std::string_view text, KeyedObservation& out) {
+    // The plain spelling first (trace/jsonl_scan.hpp): one pass, no tape.
+    if (trace_io::scan_plain_line(text, scanned_)) {
+      KeyedObservation& o = scratch_;
+      o.step = scanned_.step;
+      o.mode = scanned_.mode.empty() ? 0 : modes_->intern(scanned_.mode);
+      o.time = scanned_.time;
+      o.values.clear();
+      for (const auto& sample : scanned_.values) o.values.push_back({keys_->intern(sample.key), sample.value});
+      return hand_out(out);
+    }
     const auto offset = static_cast<std::size_t>(text.data() - buf_.data());
     if (buf_.capacity() < offset + text.size() + simdjson::SIMDJSON_PADDING) return false;
     // A huge line leaves the parser with buffers its size: give them back.
@@ -207,6 +218,13 @@ class JsonlReader final : public TraceReader {
       seen |= bit;
     }
     if ((seen & 1) == 0) return false;
+    return hand_out(out);
+  }
+
+  /// Hands scratch_ out as `out` (swapped: `out`'s buffers are reused for the
+  /// next line), its values in key order; false if a key is repeated.
+  bool hand_out(KeyedObservation& out) {
+    KeyedObservation& o = scratch_;
     // The general path hands series out in key order (nlohmann's objects
     // are sorted maps); sorted, a repeated series name is a neighbour, and
     // one name is one id.
@@ -345,6 +363,7 @@ class JsonlReader final : public TraceReader {
   simdjson::dom::parser parser_;  // the fast path's, reused from line to line
   bool release_parser_ = false;
   KeyedObservation scratch_;  // the fast path fills it, then swaps it with the caller's
+  trace_io::ScannedLine scanned_;  // scan_plain_line's, reused
   std::string rewritten_;  // reused: the line with bare NaN/Infinity quoted
   std::vector<std::size_t> shifts_;
 };
