@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string_view>
 #include <system_error>
@@ -41,6 +42,8 @@ struct Cursor {
   const char* p;
   const char* end;
   void skip_ws() {
+    // Most writers put no blank between tokens: one test for that case.
+    if (p == end || static_cast<unsigned char>(*p) > ' ') return;
     while (p != end && is_ws(*p)) ++p;
   }
   bool eat(char c) {
@@ -53,29 +56,29 @@ struct Cursor {
 // A string of printable ASCII without escapes ('"' and '\\' excluded): its
 // bytes are its value, to every parser. Anything else (escapes, UTF-8,
 // control bytes) is declined, as the parsers disagree on what is valid.
+// Per byte: 0 a plain string byte, 1 the closing quote, 2 anything else.
+struct StringBytes {
+  unsigned char kind[256];
+  constexpr StringBytes() : kind() {
+    for (int b = 0; b < 256; ++b) kind[b] = b < 0x20 || b >= 0x7F || b == '\\' ? 2 : b == '"' ? 1 : 0;
+  }
+};
+inline constexpr StringBytes string_bytes;
+
 inline bool plain_string(Cursor& c, std::string_view& out) {
   if (!c.eat('"')) return false;
   const char* start = c.p;
-  for (; c.p != c.end; ++c.p) {
-    const auto b = static_cast<unsigned char>(*c.p);
-    if (b == '"') {
-      out = std::string_view(start, static_cast<std::size_t>(c.p - start));
-      ++c.p;
-      return true;
-    }
-    if (b < 0x20 || b >= 0x7F || b == '\\') return false;
-  }
-  return false;
+  const char* q = c.p;
+  while (q != c.end && string_bytes.kind[static_cast<unsigned char>(*q)] == 0) ++q;
+  if (q == c.end || *q != '"') return false;
+  out = std::string_view(start, static_cast<std::size_t>(q - start));
+  c.p = q + 1;
+  return true;
 }
 
-// A JSON number (RFC 8259 grammar). Integers of up to 18 digits are exact
-// int64s, as both parsers read them ("-0", which they may not read alike, is
-// declined); other numbers are
-// fast_float's correctly rounded double, which is simdjson's and nlohmann's
-// too. Declined: longer integers, results that overflow (simdjson refuses
-// 1e999 and the general path reads it as infinity) or underflow to zero.
-inline bool number(Cursor& c, double& out, std::int64_t* integer = nullptr) {
-  const char* start = c.p;
+// A step: a JSON integer of up to 18 digits, an exact int64 as both parsers
+// read it ("-0", which they may not read alike, and floats are declined).
+inline bool integer(Cursor& c, std::int64_t& out) {
   const char* q = c.p;
   const bool negative = q != c.end && *q == '-';
   if (negative) ++q;
@@ -84,37 +87,43 @@ inline bool number(Cursor& c, double& out, std::int64_t* integer = nullptr) {
   if (*q == '0') ++q;
   else
     while (q != c.end && is_digit(*q)) ++q;
-  const auto int_digits = static_cast<std::size_t>(q - digits);
-  bool is_integer = true, nonzero = false;
-  for (const char* d = digits; d != q; ++d) nonzero |= *d != '0';
-  if (q != c.end && *q == '.') {
-    is_integer = false;
-    ++q;
-    if (q == c.end || !is_digit(*q)) return false;
-    for (; q != c.end && is_digit(*q); ++q) nonzero |= *q != '0';
-  }
-  if (q != c.end && (*q == 'e' || *q == 'E')) {
-    is_integer = false;
-    ++q;
-    if (q != c.end && (*q == '+' || *q == '-')) ++q;
-    if (q == c.end || !is_digit(*q)) return false;
-    while (q != c.end && is_digit(*q)) ++q;
-  }
-  if (is_integer) {
-    if (int_digits > 18) return false;
-    std::int64_t v = 0;
-    for (const char* d = digits; d != q; ++d) v = v * 10 + (*d - '0');
-    if (negative && v == 0) return false;
-    if (negative) v = -v;
-    if (integer != nullptr) *integer = v;
-    out = static_cast<double>(v);
-    c.p = q;
-    return true;
-  }
-  if (integer != nullptr) return false;  // a step written as a float: the other parsers' rules
-  const auto [ptr, ec] = fast_float::from_chars(start, q, out);
-  if (ec != std::errc{} || ptr != q || std::isinf(out) || (out == 0 && nonzero)) return false;
+  if (q - digits > 18 || (q != c.end && (*q == '.' || *q == 'e' || *q == 'E'))) return false;
+  std::int64_t v = 0;
+  for (const char* d = digits; d != q; ++d) v = v * 10 + (*d - '0');
+  if (negative && v == 0) return false;
+  out = negative ? -v : v;
   c.p = q;
+  return true;
+}
+
+// A JSON number (RFC 8259 grammar) as a double: fast_float's correctly
+// rounded reading, which is simdjson's and nlohmann's too (an integer
+// below 2^63 included: converting the exact int64 rounds the same way).
+// fast_float's own syntax is wider than JSON's only at the start (".5",
+// "01", words) and after a '.' ("1.", "1.e5"): those are checked here, so
+// the digits are scanned once. Declined: integers of more than 18 digits,
+// results that overflow (simdjson refuses 1e999, the general path reads it
+// as infinity), underflow to zero, or are -0 (which the parsers may not
+// read alike).
+inline bool number(Cursor& c, double& out) {
+  const char* q = c.p;
+  if (q != c.end && *q == '-') ++q;
+  if (q == c.end || !is_digit(*q)) return false;
+  if (*q == '0' && q + 1 != c.end && is_digit(q[1])) return false;
+  const auto [ptr, ec] = fast_float::from_chars(c.p, c.end, out);
+  if (ec != std::errc{}) return false;
+  const auto n = static_cast<std::size_t>(ptr - q);
+  const auto* dot = static_cast<const char*>(std::memchr(q, '.', n));
+  if (dot != nullptr && (dot + 1 == ptr || !is_digit(dot[1]))) return false;
+  if (dot == nullptr && n > 18 && std::memchr(q, 'e', n) == nullptr && std::memchr(q, 'E', n) == nullptr)
+    return false;
+  if (std::isinf(out)) return false;
+  if (out == 0) {  // rare: -0, or an underflow (a non-zero digit before the exponent)
+    if (std::signbit(out)) return false;
+    for (const char* d = q; d != ptr && *d != 'e' && *d != 'E'; ++d)
+      if (*d >= '1' && *d <= '9') return false;
+  }
+  c.p = ptr;
   return true;
 }
 
@@ -159,10 +168,9 @@ inline bool scan_plain_line(std::string_view text, ScannedLine& out) {
     if (!c.eat(':')) return false;
     c.skip_ws();
     unsigned bit;
-    double ignored;
     if (field == "step") {
       bit = 1;
-      if (!number(c, ignored, &out.step)) return false;
+      if (!integer(c, out.step)) return false;
     } else if (field == "values") {
       bit = 8;
       if (!c.eat('{')) return false;

@@ -96,7 +96,12 @@ TEST(JsonlScan, EdgeSpellings) {
       {R"({"step": -0})", false},  // declined: -0 is not read alike by every parser
       {R"({"step": 1, "values": {"a": -0}})", false},
       {R"({"step": -12, "values": {"a": -7}})", true},
-      {"{\t\"step\"\r: 3 ,\"values\" :{ \"x\" : -0.0 } }", true},
+      {"{\t\"step\"\r: 3 ,\"values\" :{ \"x\" : 0.0 } }", true},
+      {R"({"step": 3, "values": {"x": -0.0}})", false},  // -0: declined, as -0 above
+      {R"({"step": 3, "values": {"x": 1.e5}})", false},
+      {R"({"step": 3, "values": {"x": 12345678901234567890}})", false},
+      {R"({"step": 3, "values": {"x": 1234567890123456789e0}})", true},
+      {R"({"step": 3, "values": {"x": inf}})", false},
       {R"({"step": 1, "time": null})", true},
       {R"({"step": 1, "time": 17})", true},
       {R"({"step": 999999999999999999})", true},       // 18 digits
