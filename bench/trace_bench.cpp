@@ -1,12 +1,14 @@
 // Trace reader benchmarks (Google Benchmark). What is measured, how to run it
 // and the latest numbers are in docs/performance.md ("Trace reading").
 //
-//   BM_ReadTensorBoard           open_tensorboard + next() over a ~50 MB event file
+//   BM_ReadTensorBoard           open_tensorboard + next_keyed() over a ~50 MB event file,
+//                                each new key id mapped once (what a replay pays)
+//   BM_ReadTensorBoard_Observation  the same with next(Observation&) (names as strings)
 //   BM_ReadTensorBoard_Baseline  the same file's bytes: fread into a buffer + CRC32C of
 //                                every byte (the least any checking reader must do)
-//   BM_ReadJsonl                 open_jsonl + next() over a ~50 MB JSONL file
+//   BM_ReadJsonl[_Observation]   open_jsonl + next_keyed() / next() over a ~50 MB JSONL file
 //   BM_ReadJsonl_Baseline        the same file's bytes: fread + newline count
-//   BM_ReadCsv                   open_csv + next() over a ~50 MB wide CSV
+//   BM_ReadCsv[_Observation]     open_csv + next_keyed() / next() over a ~50 MB wide CSV
 //   BM_ReadCsv_Baseline          the same file's bytes: fread + newline count
 //
 // The TensorBoard and JSONL files are generated at start into the temp
@@ -67,9 +69,8 @@ std::string slurp(const fs::path& p) {
   return s.str();
 }
 
-bool generate() {
+bool generate(const fs::path& tmp) {
   Files& f = files();
-  const auto tmp = fs::temp_directory_path() / ("vigil_trace_bench_" + std::to_string(::getpid()));
   fs::create_directories(tmp);
   f.tensorboard = (tmp / "events.out.tfevents.bench").string();
   f.jsonl = (tmp / "bench.jsonl").string();
@@ -160,7 +161,9 @@ bool generate() {
   return true;
 }
 
-void read_trace(benchmark::State& state, Format format) {
+enum class Api { keyed, observation };
+
+void read_trace(benchmark::State& state, Format format, Api api) {
   const Files& f = files();
   const std::string& path = format == Format::tensorboard ? f.tensorboard
                             : format == Format::jsonl     ? f.jsonl
@@ -178,11 +181,27 @@ void read_trace(benchmark::State& state, Format format) {
       state.SkipWithError(error.format().c_str());
       return;
     }
-    vigil::Observation obs;
     observations = 0;
-    while (reader->next(obs)) {
-      benchmark::DoNotOptimize(obs.values.data());
-      ++observations;
+    if (api == Api::observation) {
+      vigil::Observation obs;
+      while (reader->next(obs)) {
+        benchmark::DoNotOptimize(obs.values.data());
+        ++observations;
+      }
+    } else {
+      // A consumer as a replay is one: each key id mapped to its own handle
+      // once (here the name's length, standing in for an engine lookup),
+      // then one vector index per sample.
+      vigil::KeyedObservation obs;
+      std::vector<std::size_t> handle;
+      std::size_t sum = 0;
+      while (reader->next_keyed(obs)) {
+        while (handle.size() < reader->key_count())
+          handle.push_back(reader->key_name(static_cast<vigil::KeyId>(handle.size())).size());
+        for (const auto& sample : obs.values) sum += handle[sample.key];
+        ++observations;
+      }
+      benchmark::DoNotOptimize(sum);
     }
     if (reader->error()) {
       state.SkipWithError(reader->error()->format().c_str());
@@ -216,14 +235,18 @@ void read_bytes(benchmark::State& state, const std::string& path, std::uint64_t 
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
 }
 
-void BM_ReadTensorBoard(benchmark::State& state) { read_trace(state, Format::tensorboard); }
+void BM_ReadTensorBoard(benchmark::State& state) { read_trace(state, Format::tensorboard, Api::keyed); }
+void BM_ReadTensorBoard_Observation(benchmark::State& state) {
+  read_trace(state, Format::tensorboard, Api::observation);
+}
 
 void BM_ReadTensorBoard_Baseline(benchmark::State& state) {
   read_bytes(state, files().tensorboard, files().tensorboard_bytes,
              [](std::string_view chunk) { return vigil::tb::crc32c(chunk); });
 }
 
-void BM_ReadJsonl(benchmark::State& state) { read_trace(state, Format::jsonl); }
+void BM_ReadJsonl(benchmark::State& state) { read_trace(state, Format::jsonl, Api::keyed); }
+void BM_ReadJsonl_Observation(benchmark::State& state) { read_trace(state, Format::jsonl, Api::observation); }
 
 void BM_ReadJsonl_Baseline(benchmark::State& state) {
   read_bytes(state, files().jsonl, files().jsonl_bytes, [](std::string_view chunk) {
@@ -231,7 +254,8 @@ void BM_ReadJsonl_Baseline(benchmark::State& state) {
   });
 }
 
-void BM_ReadCsv(benchmark::State& state) { read_trace(state, Format::csv); }
+void BM_ReadCsv(benchmark::State& state) { read_trace(state, Format::csv, Api::keyed); }
+void BM_ReadCsv_Observation(benchmark::State& state) { read_trace(state, Format::csv, Api::observation); }
 
 void BM_ReadCsv_Baseline(benchmark::State& state) {
   read_bytes(state, files().csv, files().csv_bytes, [](std::string_view chunk) {
@@ -240,18 +264,72 @@ void BM_ReadCsv_Baseline(benchmark::State& state) {
 }
 
 BENCHMARK(BM_ReadTensorBoard)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadTensorBoard_Observation)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadTensorBoard_Baseline)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadJsonl)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadJsonl_Observation)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadJsonl_Baseline)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadCsv)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadCsv_Observation)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadCsv_Baseline)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Reads `path` to the end with one reader and one API, for counting
+// instructions under callgrind (`--toggle-collect=*drain_once*`: only the
+// reading, not the file generation or start-up); returns the observations.
+[[gnu::noinline]] std::uint64_t drain_once(const std::string& format, const std::string& api,
+                                           const std::string& path) {
+  vigil::TraceError error;
+  auto reader = format == "tensorboard" ? vigil::open_tensorboard(path, error)
+                : format == "jsonl"     ? vigil::open_jsonl(path, error)
+                                        : vigil::open_csv(path, error);
+  if (!reader) return 0;
+  std::uint64_t n = 0;
+  if (api == "observation") {
+    vigil::Observation obs;
+    while (reader->next(obs)) ++n;
+  } else {
+    vigil::KeyedObservation obs;
+    std::vector<std::size_t> handle;
+    std::size_t sum = 0;
+    while (reader->next_keyed(obs)) {
+      while (handle.size() < reader->key_count())
+        handle.push_back(reader->key_name(static_cast<vigil::KeyId>(handle.size())).size());
+      for (const auto& sample : obs.values) sum += handle[sample.key];
+      ++n;
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  return reader->error() ? 0 : n;
+}
 
 }  // namespace
 
+// Two modes for measuring outside Google Benchmark (docs/performance.md):
+//   --write-files=DIR                     writes the three files into DIR and keeps them
+//   --drain=FORMAT,API,PATH               reads PATH once (FORMAT jsonl|csv|tensorboard,
+//                                         API keyed|observation), prints the observations
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.starts_with("--write-files=")) {
+      if (!generate(fs::path(arg.substr(14)))) return 1;
+      const Files& f = files();
+      std::printf("%s\n%s\n%s\n", f.tensorboard.c_str(), f.jsonl.c_str(), f.csv.c_str());
+      return 0;
+    }
+    if (arg.starts_with("--drain=")) {
+      const std::string spec(arg.substr(8));
+      const auto a = spec.find(','), b = spec.find(',', a + 1);
+      if (a == std::string::npos || b == std::string::npos) return 1;
+      std::printf("%llu observations\n",
+                  static_cast<unsigned long long>(drain_once(spec.substr(0, a), spec.substr(a + 1, b - a - 1),
+                                                             spec.substr(b + 1))));
+      return 0;
+    }
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  if (!generate()) {
+  if (!generate(fs::temp_directory_path() / ("vigil_trace_bench_" + std::to_string(::getpid())))) {
     std::fprintf(stderr, "trace_bench: could not generate the benchmark files\n");
     return 1;
   }

@@ -52,6 +52,7 @@
 
 #include "trace/input.hpp"
 #include "trace/io.hpp"
+#include "trace/key_table.hpp"
 #include "trace/number.hpp"
 #include "vigil/trace.hpp"
 
@@ -261,13 +262,18 @@ struct RecordScanner {
 class CsvReader final : public TraceReader {
  public:
   CsvReader(std::unique_ptr<trace_io::Input> in, TraceOptions options)
-      : in_(std::move(in)), path_(in_->name()), size_(in_->size()), options_(std::move(options)) {}
+      : in_(std::move(in)), path_(in_->name()), size_(in_->size()), options_(std::move(options)) {
+    // Mode ids in Mode's order: train (the base's 0), eval, test.
+    for (std::size_t m = 1; m < mode_count; ++m) modes_->intern(mode_names[m]);
+  }
 
   /// Reads the header if it is there (a followed file may still be empty).
   /// False with error() set if the header is unusable.
   bool start() { return read_header() || !error_; }
 
-  bool next(Observation& out) override {
+  bool next(Observation& out) override { return next_from_keyed(out); }
+
+  bool next_keyed(KeyedObservation& out) override {
     for (;;) {
       if (ready_count_ > 0) {
         // `out`'s old buffers go to the ring, to be filled again.
@@ -424,7 +430,7 @@ class CsvReader final : public TraceReader {
     }
     columns_.assign(n, Role::ignored);
     columns_[step] = Role::step;
-    modes_.assign(n, Mode::train);
+    column_modes_.assign(n, Mode::train);
     std::size_t time = n, per_mode[mode_count] = {};
     for (std::size_t i = 0; i < n; ++i) {
       if (i == step || names_[i].empty()) continue;  // empty name: e.g. a pandas index column
@@ -436,15 +442,19 @@ class CsvReader final : public TraceReader {
         ++per_mode[0];
       } else {
         columns_[i] = Role::series;
-        modes_[i] = mode_of(names_[i]);
-        ++per_mode[static_cast<std::size_t>(modes_[i])];
+        column_modes_[i] = mode_of(names_[i]);
+        ++per_mode[static_cast<std::size_t>(column_modes_[i])];
       }
     }
+    // A column's index is its key id's index: interned once, here.
+    key_ids_.assign(n, 0);
+    for (std::size_t i = 0; i < n; ++i)
+      if (columns_[i] == Role::shared || columns_[i] == Role::series) key_ids_[i] = keys_->intern(names_[i]);
     shared_columns_.clear();
     for (auto& list : series_columns_) list.clear();
     for (std::size_t i = 0; i < n; ++i) {
       if (columns_[i] == Role::shared) shared_columns_.push_back(i);
-      if (columns_[i] == Role::series) series_columns_[static_cast<std::size_t>(modes_[i])].push_back(i);
+      if (columns_[i] == Role::series) series_columns_[static_cast<std::size_t>(column_modes_[i])].push_back(i);
     }
     description_ = fmt::format("wide CSV, step column '{}'{}, {} train and {} eval series{}",
                                names_[step],
@@ -493,24 +503,13 @@ class CsvReader final : public TraceReader {
   }
 
   /// Empty observations, one per mode, at `step` and `time`.
-  static void reset(std::array<Observation, mode_count>& obs, std::int64_t step, double time) {
+  static void reset(std::array<KeyedObservation, mode_count>& obs, std::int64_t step, double time) {
     for (std::size_t m = 0; m < mode_count; ++m) {
       obs[m].values.clear();
       obs[m].step = step;
       obs[m].time = time;
-      obs[m].mode = mode_names[m];
+      obs[m].mode = static_cast<ModeId>(m);
     }
-  }
-
-  /// Sets values[n] to (name, v), reusing the string there; ++n.
-  static void put(Observation& obs, std::size_t& n, const std::string& name, double v) {
-    if (n < obs.values.size()) {
-      obs.values[n].first.assign(name);
-      obs.values[n].second = v;
-    } else {
-      obs.values.emplace_back(name, v);
-    }
-    ++n;
   }
 
   void take_wide_row() {
@@ -534,22 +533,21 @@ class CsvReader final : public TraceReader {
       if (!c.has) continue;
       if (role == Role::time) time = c.value;
       else if (role == Role::shared) any_shared = true;
-      else if (role == Role::series) any = true, ++per_mode[static_cast<std::size_t>(modes_[i])];
+      else if (role == Role::series) any = true, ++per_mode[static_cast<std::size_t>(column_modes_[i])];
     }
     for (std::size_t m = 0; m < mode_count; ++m) {
       // A row holding only shared samples is a train observation of them.
       const bool only_shared = m == 0 && !any && any_shared;
       if (per_mode[m] == 0 && !only_shared) continue;
-      Observation& obs = row_[m];
-      std::size_t n = 0;
+      KeyedObservation& obs = row_[m];
+      obs.values.clear();  // keeps its capacity: no allocation once warm
       for (const std::size_t i : shared_columns_)
-        if (cells_[i].has) put(obs, n, names_[i], cells_[i].value);
+        if (cells_[i].has) obs.values.push_back({key_ids_[i], cells_[i].value});
       for (const std::size_t i : series_columns_[m])
-        if (cells_[i].has) put(obs, n, names_[i], cells_[i].value);
-      obs.values.resize(n);
+        if (cells_[i].has) obs.values.push_back({key_ids_[i], cells_[i].value});
       obs.step = step;
       obs.time = time;
-      obs.mode = mode_names[m];
+      obs.mode = static_cast<ModeId>(m);
       push_ready(obs);
     }
   }
@@ -571,9 +569,10 @@ class CsvReader final : public TraceReader {
 
     const double group_time = row_[0].time;
     const bool same_time = (std::isnan(time) && std::isnan(group_time)) || time == group_time;
-    const auto has_tag = [&](const Observation& o) {
+    const KeyId key = keys_->intern(tag);
+    const auto has_tag = [&](const KeyedObservation& o) {
       return std::any_of(o.values.begin(), o.values.end(),
-                         [&](const auto& kv) { return kv.first == tag; });
+                         [&](const KeyedSample& s) { return s.key == key; });
     };
     if (group_open_ && (step != row_[0].step || !same_time ||
                         std::any_of(row_.begin(), row_.end(), has_tag)))
@@ -583,7 +582,7 @@ class CsvReader final : public TraceReader {
       reset(row_, step, time);
     }
     if (!has_value) return;  // an empty value cell is no sample, as in a wide CSV
-    row_[static_cast<std::size_t>(mode_of(tag))].values.emplace_back(std::string(tag), value);
+    row_[static_cast<std::size_t>(mode_of(tag))].values.push_back({key, value});
   }
 
   void flush_group() {
@@ -594,7 +593,7 @@ class CsvReader final : public TraceReader {
 
   /// Queues `obs` to be handed out by swapping it into the ring: `obs` gets
   /// that slot's old buffers to fill next, so nothing is copied or allocated.
-  void push_ready(Observation& obs) {
+  void push_ready(KeyedObservation& obs) {
     std::swap(ready_[(ready_head_ + ready_count_) % ready_.size()], obs);
     ++ready_count_;
   }
@@ -613,19 +612,20 @@ class CsvReader final : public TraceReader {
   std::uint64_t rec_line_ = 0, rec_offset_ = 0;  // the record in scanner_
 
   std::vector<std::string> names_;
+  std::vector<KeyId> key_ids_;  // wide CSV: each series and shared column's key id
   std::vector<Role> columns_;  // empty until the header is read
   bool long_ = false;
   std::string description_;
   // Observations made from a row, not yet handed out: a ring, drained
   // before the next record is read. One record makes at most six (a long
   // CSV's group of three modes, then, at a damaged row, the new group's).
-  std::array<Observation, 8> ready_;
+  std::array<KeyedObservation, 8> ready_;
   std::size_t ready_head_ = 0, ready_count_ = 0;
 
-  std::vector<Mode> modes_;    // wide CSV: each series column's mode
+  std::vector<Mode> column_modes_;    // wide CSV: each series column's mode
   // The observations being made from a row (wide) or a group of rows (long),
   // one per mode; kept to reuse their storage.
-  std::array<Observation, mode_count> row_;
+  std::array<KeyedObservation, mode_count> row_;
   // Wide CSV: the shared columns and each mode's series columns, in order,
   // and the current row's cells.
   std::vector<std::size_t> shared_columns_;

@@ -32,6 +32,8 @@
 #include "trace/input.hpp"
 #include "trace/io.hpp"
 #include "trace/json_values.hpp"
+#include "trace/jsonl_scan.hpp"
+#include "trace/key_table.hpp"
 #include "vigil/trace.hpp"
 
 namespace vigil {
@@ -67,7 +69,9 @@ class JsonlReader final : public TraceReader {
         follow_(options.follow),
         max_line_(options.max_line_bytes) {}
 
-  bool next(Observation& out) override {
+  bool next(Observation& out) override { return next_from_keyed(out); }
+
+  bool next_keyed(KeyedObservation& out) override {
     if (error_) return false;
     for (;;) {
       std::string_view line;
@@ -155,7 +159,17 @@ class JsonlReader final : public TraceReader {
   /// The fast path: true with `out` filled if `text` is an ordinary record
   /// (see the top of the file); false leaves `out` alone and the line to
   /// parse_line's general path.
-  bool parse_ordinary(std::string_view text, Observation& out) {
+  bool parse_ordinary(std::string_view text, KeyedObservation& out) {
+    // The plain spelling first (trace/jsonl_scan.hpp): one pass, no tape.
+    if (trace_io::scan_plain_line(text, scanned_)) {
+      KeyedObservation& o = scratch_;
+      o.step = scanned_.step;
+      o.mode = scanned_.mode.empty() ? 0 : modes_->intern(scanned_.mode);
+      o.time = scanned_.time;
+      o.values.clear();
+      for (const auto& sample : scanned_.values) o.values.push_back({keys_->intern(sample.key), sample.value});
+      return hand_out(out);
+    }
     const auto offset = static_cast<std::size_t>(text.data() - buf_.data());
     if (buf_.capacity() < offset + text.size() + simdjson::SIMDJSON_PADDING) return false;
     // A huge line leaves the parser with buffers its size: give them back.
@@ -164,11 +178,11 @@ class JsonlReader final : public TraceReader {
     if (parser_.parse(text.data(), text.size(), false).get(doc)) return false;
     simdjson::dom::object fields;
     if (doc.get_object().get(fields)) return false;
-    Observation& o = scratch_;
+    KeyedObservation& o = scratch_;
     o.step = 0;
-    o.mode.assign("train");
+    o.mode = 0;  // "train"
     o.time = std::numeric_limits<double>::quiet_NaN();
-    std::size_t n = 0;  // values filled; o.values' strings are reused
+    o.values.clear();  // keeps its capacity: no allocation once warm
     unsigned seen = 0;
     for (const auto field : fields) {
       const std::string_view key = field.key;
@@ -181,7 +195,7 @@ class JsonlReader final : public TraceReader {
         bit = 2;
         std::string_view mode;
         if (value.get_string().get(mode) || mode.empty()) return false;
-        o.mode.assign(mode);
+        o.mode = modes_->intern(mode);
       } else if (key == "time") {
         bit = 4;
         if (!value.is_null() && !ordinary_number(value, o.time)) return false;
@@ -192,13 +206,10 @@ class JsonlReader final : public TraceReader {
         for (const auto sample : values) {
           double v;
           if (sample.key.empty() || !ordinary_sample(sample.value, v)) return false;
-          if (n < o.values.size()) {
-            o.values[n].first.assign(sample.key);
-            o.values[n].second = v;
-          } else {
-            o.values.emplace_back(sample.key, v);
-          }
-          ++n;
+          // The key's bytes (unescaped by simdjson) are looked up in the
+          // reader's table: a cache hit compares its length and first and
+          // last 8 bytes, and no name is copied.
+          o.values.push_back({keys_->intern(sample.key), v});
         }
       } else {
         return false;
@@ -207,14 +218,25 @@ class JsonlReader final : public TraceReader {
       seen |= bit;
     }
     if ((seen & 1) == 0) return false;
-    o.values.resize(n);
+    return hand_out(out);
+  }
+
+  /// Hands scratch_ out as `out` (swapped: `out`'s buffers are reused for the
+  /// next line), its values in key order; false if a key is repeated.
+  bool hand_out(KeyedObservation& out) {
+    KeyedObservation& o = scratch_;
     // The general path hands series out in key order (nlohmann's objects
-    // are sorted maps); sorted, a repeated series name is a neighbour.
-    auto by_key = [](const auto& a, const auto& b) { return a.first < b.first; };
-    if (!std::is_sorted(o.values.begin(), o.values.end(), by_key))
-      std::sort(o.values.begin(), o.values.end(), by_key);
-    for (std::size_t i = 1; i < n; ++i)
-      if (o.values[i - 1].first == o.values[i].first) return false;
+    // are sorted maps); sorted, a repeated series name is a neighbour, and
+    // one name is one id.
+    if (o.values.size() > 1) {
+      auto by_name = [&](const KeyedSample& a, const KeyedSample& b) {
+        return a.key != b.key && keys_->name(a.key) < keys_->name(b.key);
+      };
+      if (!std::is_sorted(o.values.begin(), o.values.end(), by_name))
+        std::sort(o.values.begin(), o.values.end(), by_name);
+      for (std::size_t i = 1; i < o.values.size(); ++i)
+        if (o.values[i - 1].key == o.values[i].key) return false;
+    }
     std::swap(out, o);  // `out`'s old buffers are reused for the next line
     return true;
   }
@@ -258,7 +280,7 @@ class JsonlReader final : public TraceReader {
     }
   }
 
-  bool parse_line(std::string_view text, std::uint64_t line_start, Observation& out) {
+  bool parse_line(std::string_view text, std::uint64_t line_start, KeyedObservation& out) {
     const bool ordinary = parse_ordinary(text, out);
     if (release_parser_) {
       parser_ = simdjson::dom::parser();
@@ -318,7 +340,11 @@ class JsonlReader final : public TraceReader {
       }
     }
     if (!has_step) return fail(line_start, "missing \"step\"");
-    out = std::move(obs);
+    out.step = obs.step;
+    out.mode = modes_->intern(obs.mode);
+    out.time = obs.time;
+    out.values.clear();
+    for (const auto& [series, value] : obs.values) out.values.push_back({keys_->intern(series), value});
     return true;
   }
 
@@ -336,7 +362,8 @@ class JsonlReader final : public TraceReader {
   std::uint64_t line_no_ = 0;
   simdjson::dom::parser parser_;  // the fast path's, reused from line to line
   bool release_parser_ = false;
-  Observation scratch_;  // the fast path fills it, then swaps it with the caller's
+  KeyedObservation scratch_;  // the fast path fills it, then swaps it with the caller's
+  trace_io::ScannedLine scanned_;  // scan_plain_line's, reused
   std::string rewritten_;  // reused: the line with bare NaN/Infinity quoted
   std::vector<std::size_t> shifts_;
 };

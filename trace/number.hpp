@@ -44,6 +44,14 @@ inline bool equals_lower(std::string_view s, std::string_view word) {
 /// here, is what GCC 12's std::from_chars runs inside libstdc++, less the
 /// call and its wrapper: 8% fewer instructions per cell.
 inline bool parse_number(std::string_view text, double& out) {
+  // Nearly every cell: digits (or '-' and digits) with no blank around
+  // them, which is fast_float's syntax exactly: one call, no trimming. Any
+  // other cell, or one fast_float stops short in, takes the general path.
+  if (!text.empty() && (detail::is_digit(text[0]) ||
+                        (text[0] == '-' && text.size() > 1 && detail::is_digit(text[1])))) {
+    const auto [ptr, ec] = fast_float::from_chars(text.data(), text.data() + text.size(), out);
+    if (ec == std::errc{} && ptr == text.data() + text.size()) return true;
+  }
   std::string_view s = trim_blanks(text);
   std::string_view word = s;
   bool negative = false;

@@ -27,6 +27,7 @@
 
 #include "trace/event.pb.h"  // the writer's; reading decodes the wire format itself
 #include "trace/input.hpp"
+#include "trace/key_table.hpp"
 #include "trace/tensorboard_record.hpp"
 #include "trace/tensorboard_wire.hpp"
 #include "vigil/trace.hpp"
@@ -117,125 +118,6 @@ struct Hash {
 template <typename V>
 using TagMap = std::unordered_map<std::string, V, Hash, std::equal_to<>>;
 
-// Series names by id, and the id of a name found by the record's raw tag
-// bytes: a small direct-mapped cache keyed by the tag's length and first and
-// last 8 bytes (a hit costs two loads and a compare), then an open-addressing
-// table with a hash of all the bytes, 8 at a time. std::unordered_map's
-// lookup (a byte-at-a-time hash, a node per entry) was a third of the
-// reader's time, as every scalar looks its tag up. Tags that collide in the
-// cache only miss it: every hit is checked against the whole name.
-class TagTable {
- public:
-  static constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
-
-  [[nodiscard]] std::uint32_t find(std::string_view tag) {
-    const Key key = key_of(tag);
-    Cached& c = cache_[key.slot()];
-    // Tags of up to 16 bytes are wholly in their key; longer ones compare
-    // the bytes between.
-    if (c.id != kNone && c.key == key &&
-        (tag.size() <= 16 || names_[c.id].compare(8, tag.size() - 16, tag.substr(8, tag.size() - 16)) == 0))
-      return c.id;
-    const std::uint32_t id = find_in_table(tag);
-    if (id != kNone) c = Cached{key, id};
-    return id;
-  }
-
- private:
-  [[nodiscard]] std::uint32_t find_in_table(std::string_view tag) const {
-    if (slots_.empty()) return kNone;
-    for (std::size_t i = hash(tag) & mask_;; i = (i + 1) & mask_) {
-      const std::uint32_t id = slots_[i];
-      if (id == kNone) return kNone;
-      if (names_[id] == tag) return id;
-    }
-  }
-
- public:
-  /// Adds a name not in the table; returns its id.
-  std::uint32_t add(std::string_view tag) {
-    const auto id = static_cast<std::uint32_t>(names_.size());
-    names_.emplace_back(tag);
-    if (2 * names_.size() > slots_.size()) {  // load at most 1/2
-      slots_.assign(std::bit_ceil(std::max<std::size_t>(64, 4 * names_.size())), kNone);
-      mask_ = slots_.size() - 1;
-      for (std::uint32_t k = 0; k < names_.size(); ++k) place(k);
-    } else {
-      place(id);
-    }
-    return id;
-  }
-  [[nodiscard]] const std::string& name(std::uint32_t id) const { return names_[id]; }
-  [[nodiscard]] std::size_t size() const { return names_.size(); }
-
- private:
-  static constexpr std::size_t kCache = 256;
-  // A tag's length with its first and last 8 bytes (zero-padded when
-  // shorter), loaded without a variable-length copy.
-  struct Key {
-    std::uint64_t first = 0, last = 0, size = 0;
-    bool operator==(const Key&) const = default;
-    [[nodiscard]] std::size_t slot() const {
-      const std::uint64_t h = (first ^ std::rotl(last, 29) ^ size) * 0x9E3779B97F4A7C15ull;
-      return static_cast<std::size_t>(h >> 56);  // kCache entries
-    }
-  };
-  static Key key_of(std::string_view s) {
-    Key k;
-    k.size = s.size();
-    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-    const std::size_t n = s.size();
-    if (n >= 8) {
-      std::memcpy(&k.first, p, 8);
-      std::memcpy(&k.last, p + n - 8, 8);
-    } else if (n >= 4) {
-      std::uint32_t a, b;
-      std::memcpy(&a, p, 4);
-      std::memcpy(&b, p + n - 4, 4);
-      k.first = a;
-      k.last = b;
-    } else if (n > 0) {
-      k.first = p[0] | (std::uint64_t{p[n / 2]} << 8) | (std::uint64_t{p[n - 1]} << 16);
-    }
-    return k;
-  }
-  struct Cached {
-    Key key;
-    std::uint32_t id = kNone;
-  };
-  static std::uint64_t hash(std::string_view s) {
-    constexpr std::uint64_t k = 0x9E3779B97F4A7C15ull;
-    std::uint64_t h = s.size() * k;
-    const char* p = s.data();
-    std::size_t n = s.size();
-    auto mix = [&](std::uint64_t w) {
-      h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-      h ^= h >> 31;
-    };
-    for (; n >= 8; p += 8, n -= 8) {
-      std::uint64_t w;
-      std::memcpy(&w, p, 8);
-      mix(w);
-    }
-    if (n > 0) {
-      std::uint64_t w = 0;
-      std::memcpy(&w, p, n);
-      mix(w);
-    }
-    return (h ^ (h >> 29)) * k >> 16;
-  }
-  void place(std::uint32_t id) {
-    std::size_t i = hash(names_[id]) & mask_;
-    while (slots_[i] != kNone) i = (i + 1) & mask_;
-    slots_[i] = id;
-  }
-
-  std::vector<std::string> names_;
-  std::array<Cached, kCache> cache_{};
-  std::vector<std::uint32_t> slots_;  // ids, kNone where empty; a power of two long
-  std::size_t mask_ = 0;
-};
-
 // Bytes read from a file and not yet decoded: [begin, end) of `data`. A plain
 // array rather than a std::string, so that a read goes straight into it
 // (std::string would zero the space first).
@@ -325,9 +207,7 @@ class TensorBoardReader final : public TraceReader {
  public:
   TensorBoardReader(std::string root, bool is_dir, bool follow,
                     std::unique_ptr<trace_io::Input> input = nullptr)
-      : root_(std::move(root)), is_dir_(is_dir), follow_(follow), input_(std::move(input)) {
-    modes_.emplace_back("train");
-  }
+      : root_(std::move(root)), is_dir_(is_dir), follow_(follow), input_(std::move(input)) {}
 
   /// Lists the files (and, without follow, reads them all). False with
   /// `error` set if there is nothing to read.
@@ -355,7 +235,9 @@ class TensorBoardReader final : public TraceReader {
     return true;
   }
 
-  bool next(Observation& out) override {
+  bool next(Observation& out) override { return next_from_keyed(out); }
+
+  bool next_keyed(KeyedObservation& out) override {
     if (head_ == queue_.size()) {
       if (!follow_ || error_ || deferred_error_) return finish();
       queue_.clear();
@@ -370,21 +252,15 @@ class TensorBoardReader final : public TraceReader {
     const Pending& p = queue_[head_++];
     out.step = p.step;
     out.time = p.time;
-    out.mode = modes_[p.mode()];
-    // Assigned over the caller's previous values: their strings keep their
-    // buffers, so handing out an observation allocates nothing once warm.
+    out.mode = p.mode();
     const std::uint32_t n = p.count();
     out.values.resize(n);
     if (n == 1) {
-      out.values[0].first.assign(names_.name(p.first));
-      out.values[0].second = p.value;
+      out.values[0] = {p.first, p.value};
       return true;
     }
-    for (std::uint32_t i = 0; i < n; ++i) {
-      auto& slot = out.values[i];
-      slot.first.assign(names_.name(values_[p.first + i].first));
-      slot.second = values_[p.first + i].second;
-    }
+    for (std::uint32_t i = 0; i < n; ++i)
+      out.values[i] = {values_[p.first + i].first, values_[p.first + i].second};
     return true;
   }
 
@@ -400,7 +276,7 @@ class TensorBoardReader final : public TraceReader {
 
   [[nodiscard]] std::string describe() const override {
     return fmt::format("TensorBoard, {} event file{}, {} series so far", files_.size(),
-                       files_.size() == 1 ? "" : "s", names_.size());
+                       files_.size() == 1 ? "" : "s", keys_->size());
   }
 
   [[nodiscard]] std::uint64_t size() const override {
@@ -418,7 +294,7 @@ class TensorBoardReader final : public TraceReader {
     double time;
     double value;         // the scalar, when count() == 1
     std::uint32_t first;  // its name id when count() == 1, else its first index in values_
-    std::uint32_t count_mode;  // mode (an index into modes_, < 4) << 30 | count
+    std::uint32_t count_mode;  // mode (its ModeId, < 4) << 30 | count
     [[nodiscard]] std::uint32_t count() const { return count_mode & ((1u << 30) - 1); }
     [[nodiscard]] std::uint32_t mode() const { return count_mode >> 30; }
   };
@@ -569,28 +445,20 @@ class TensorBoardReader final : public TraceReader {
     tag_ids_.clear();
     if (!event_.has_summary) return {};
     for (const auto& v : event_.values) {
-      const std::uint32_t id = names_.find(v.tag);
+      const std::uint32_t id = keys_->find(v.tag);
       tag_ids_.push_back(id);
-      if (id == TagTable::kNone && !valid_utf8(v.tag)) return "summary tag";
+      if (id == trace_io::KeyTable::kNone && !valid_utf8(v.tag)) return "summary tag";
       if (v.has_metadata && !valid_utf8(v.plugin_name)) return "plugin name";
     }
     return {};
   }
 
-  std::uint32_t intern(std::vector<std::string>& names, TagMap<std::uint32_t>& ids, std::string_view s) {
-    if (auto it = ids.find(s); it != ids.end()) return it->second;
-    const auto id = static_cast<std::uint32_t>(names.size());
-    names.emplace_back(s);
-    ids.emplace(std::string(s), id);
-    return id;
-  }
-
   // A series name's id, and the mode its tag implies (kUnknown: none).
   std::uint32_t intern_tag(std::string_view tag) {
-    if (const auto id = names_.find(tag); id != TagTable::kNone) return id;
-    const auto id = names_.add(tag);
+    if (const auto id = keys_->find(tag); id != trace_io::KeyTable::kNone) return id;
+    const auto id = keys_->add(tag);
     const std::string_view mode = mode_of_tag(tag);
-    tag_modes_.push_back(mode.empty() ? kUnknown : intern(modes_, mode_ids_, mode));
+    tag_modes_.push_back(mode.empty() ? kUnknown : modes_->intern(mode));
     return id;
   }
 
@@ -616,7 +484,7 @@ class TensorBoardReader final : public TraceReader {
       std::uint32_t mode = tag_modes_[name];
       if (mode == kUnknown) {
         if (f.dir_mode_id == kUnknown)
-          f.dir_mode_id = f.dir_mode.empty() ? 0 : intern(modes_, mode_ids_, f.dir_mode);
+          f.dir_mode_id = f.dir_mode.empty() ? 0 : modes_->intern(f.dir_mode);
         mode = f.dir_mode_id;
       }
       scratch_.push_back({mode, name, *x});
@@ -670,12 +538,10 @@ class TensorBoardReader final : public TraceReader {
   std::unordered_map<std::string, std::size_t> known_;
   tb::WireEvent event_;  // reused: decoding into it keeps its allocations
   std::vector<std::uint32_t> tag_ids_;  // per value of event_: its name id, or kUnknown
-  // modes_ holds at most "train", "eval" and "test" (mode_of_tag, mode_of_dirs):
-  // Pending keeps its index in two bits.
-  std::vector<std::string> modes_;
-  TagTable names_;
+  // The base's modes_ holds at most "train", "eval" and "test" (mode_of_tag,
+  // mode_of_dirs): Pending keeps the id in two bits. Series names are the
+  // base's keys_.
   std::vector<std::uint32_t> tag_modes_;  // per name: the mode its tag implies, or kUnknown
-  TagMap<std::uint32_t> mode_ids_{{"train", 0}};
   std::vector<Scalar> scratch_;
   std::vector<Pending, BigAllocator<Pending>> queue_;
   std::vector<std::pair<std::uint32_t, double>> values_;

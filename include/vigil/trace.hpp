@@ -34,12 +34,75 @@ struct TraceError {
   [[nodiscard]] std::string format() const;
 };
 
+/// A series key's id within one reader (TraceReader::key_name): 0, 1, 2, ...
+/// in the order the reader first met the keys, stable for the reader's life.
+using KeyId = std::uint32_t;
+/// A mode's id within one reader (TraceReader::mode_name); 0 is "train".
+using ModeId = std::uint32_t;
+
+struct KeyedSample {
+  KeyId key = 0;
+  double value = 0;
+  bool operator==(const KeyedSample&) const = default;
+};
+
+/// One observation as TraceReader::next_keyed hands it out: the same content
+/// as the Observation next() would give in its place (same step, mode, time,
+/// and the same samples in the same order), with each series key and the
+/// mode given as the reader's id instead of a string. Filling it copies no
+/// name, and a consumer that maps ids to its own handles once (a vector
+/// indexed by KeyId, grown when key_count() grows) needs no hashing or
+/// string comparison per sample.
+struct KeyedObservation {
+  std::int64_t step = 0;
+  ModeId mode = 0;
+  double time = std::numeric_limits<double>::quiet_NaN();
+  std::vector<KeyedSample> values;
+};
+
+namespace trace_io {
+class KeyTable;  // trace/key_table.hpp
+}
+
 class TraceReader {
  public:
-  virtual ~TraceReader() = default;
+  TraceReader();
+  virtual ~TraceReader();
+  TraceReader(const TraceReader&) = delete;
+  TraceReader& operator=(const TraceReader&) = delete;
+
   /// Fills `out` with the next observation. Returns false at the end or at
   /// damage (then error() is set).
   virtual bool next(Observation& out) = 0;
+
+  /// The same, with series keys and mode as ids (see KeyedObservation).
+  /// next() and next_keyed() draw from one sequence: each call hands out the
+  /// next observation, whichever form it takes, and errors are the same
+  /// (same message, same line and offset). Every id in `out` is below
+  /// key_count() / mode_count() when it returns; ids are never reused, and
+  /// an id may be announced (key_count() grows) before or without appearing
+  /// in an observation (e.g. a CSV header's columns). The default
+  /// implementation interns the strings of next(); the built-in readers
+  /// (JSONL, CSV, TensorBoard) fill it directly from their input.
+  ///   vigil::KeyedObservation obs;
+  ///   std::vector<Handle> handle;              // by KeyId
+  ///   while (reader->next_keyed(obs)) {
+  ///     while (handle.size() < reader->key_count())
+  ///       handle.push_back(my_lookup(reader->key_name(handle.size())));
+  ///     for (const auto& [key, value] : obs.values) use(handle[key], value);
+  ///   }
+  virtual bool next_keyed(KeyedObservation& out);
+
+  /// Number of key ids handed out or announced so far; the name of one.
+  /// Names are the trace form (`grad_norm{layer="fc1.weight"}`) and stay
+  /// valid for the reader's life. The reader keeps every distinct key it
+  /// met: memory grows with the number of distinct keys (their bytes + ~16).
+  [[nodiscard]] std::size_t key_count() const;
+  [[nodiscard]] std::string_view key_name(KeyId id) const;
+  /// The same for modes.
+  [[nodiscard]] std::size_t mode_count() const;
+  [[nodiscard]] std::string_view mode_name(ModeId id) const;
+
   [[nodiscard]] const std::optional<TraceError>& error() const { return error_; }
   /// Bytes consumed so far and total size (for progress); total 0 if unknown.
   [[nodiscard]] virtual std::uint64_t position() const = 0;
@@ -50,7 +113,17 @@ class TraceReader {
   [[nodiscard]] virtual std::string describe() const { return {}; }
 
  protected:
+  /// For readers that implement next_keyed: next() as a thin adapter over it
+  /// (the names assigned over `out`'s strings, so nothing allocates once warm).
+  bool next_from_keyed(Observation& out);
+
   std::optional<TraceError> error_;
+  // The reader's interned keys and modes ("train" is mode 0).
+  std::unique_ptr<trace_io::KeyTable> keys_, modes_;
+
+ private:
+  KeyedObservation keyed_;  // next_from_keyed's
+  Observation plain_;       // the default next_keyed's
 };
 
 struct TraceOptions {

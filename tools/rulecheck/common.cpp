@@ -377,12 +377,49 @@ Replay::Key Replay::classify(const std::string& key) {
   return Key::read;
 }
 
+void Replay::note_mode(const std::string& mode) {
+  if (!modes_seen_.contains(mode) &&
+      (modes_seen_.size() < max_other_modes || watched_modes_.contains(mode)))
+    modes_seen_.insert(mode);
+}
+
+bool Replay::take(std::string_view key, Seen& seen, double value) {
+  // Asked again after a new key: the engine moves a name from an alias to
+  // the trace's own series of that name when the latter first appears.
+  if (seen.generation != generation_) {
+    const auto drops = engine_.stats().label_limit_drops;
+    seen.id = engine_.series(key);
+    seen.generation = generation_;
+    if (!seen.id && engine_.stats().label_limit_drops != drops) {
+      // One warning per trace, at the first refused label set.
+      if (!label_limit_warned_) {
+        label_limit_warned_ = true;
+        print_err(fmt::format(
+            "{}: warning: series '{}' has more than {} label sets; samples of new label sets "
+            "are ignored (raise the limit with --max-label-sets N, 0 for none)\n",
+            trace_, escape_controls(key.substr(0, key.find('{'))), max_label_sets_));
+      }
+      return false;  // not remembered: a flood of new label sets must not grow memory
+    }
+  }
+  const auto id = seen.id;
+  if (!id) return true;  // lost a name collision (warned about in note_owner)
+  if (*id >= slot_.size()) slot_.resize(*id + 1, {0, 0});
+  auto& [stamp, index] = slot_[*id];
+  if (stamp == stamp_) {
+    samples_[index].value = value;  // the new owner's sample, in the observation of the handover
+    return true;
+  }
+  stamp = stamp_;
+  index = samples_.size();
+  samples_.push_back({*id, value});
+  return true;
+}
+
 void Replay::intern(const vigil::Observation& obs) {
   samples_.clear();
   ++stamp_;
-  if (!modes_seen_.contains(obs.mode) &&
-      (modes_seen_.size() < max_other_modes || watched_modes_.contains(obs.mode)))
-    modes_seen_.insert(obs.mode);
+  note_mode(obs.mode);
   for (const auto& [key, value] : obs.values) {
     auto it = ids_.find(key);
     if (it == ids_.end()) {
@@ -400,36 +437,41 @@ void Replay::intern(const vigil::Observation& obs) {
     }
     Seen& seen = it->second;
     if (seen.kind != Key::read) continue;
-    // Asked again after a new key: the engine moves a name from an alias to
-    // the trace's own series of that name when the latter first appears.
-    if (seen.generation != generation_) {
-      const auto drops = engine_.stats().label_limit_drops;
-      seen.id = engine_.series(key);
-      seen.generation = generation_;
-      if (!seen.id && engine_.stats().label_limit_drops != drops) {
-        // One warning per trace, at the first refused label set.
-        if (!label_limit_warned_) {
-          label_limit_warned_ = true;
-          print_err(fmt::format(
-              "{}: warning: series '{}' has more than {} label sets; samples of new label sets "
-              "are ignored (raise the limit with --max-label-sets N, 0 for none)\n",
-              trace_, escape_controls(key.substr(0, key.find('{'))), max_label_sets_));
+    if (!take(key, seen, value)) ids_.erase(it);
+  }
+}
+
+void Replay::intern(const vigil::TraceReader& reader, const vigil::KeyedObservation& obs) {
+  samples_.clear();
+  ++stamp_;
+  if (obs.mode >= mode_noted_.size()) mode_noted_.resize(reader.mode_count(), false);
+  if (!mode_noted_[obs.mode]) {  // whether it goes in depends only on the mode: once
+    note_mode(std::string(reader.mode_name(obs.mode)));
+    mode_noted_[obs.mode] = true;
+  }
+  // The same steps as by name, with the reader's id in place of the hash
+  // lookup: a key is classified where ids_ would get its entry, and
+  // forgotten where ids_ would drop or never keep it.
+  for (const auto& [key_id, value] : obs.values) {
+    if (key_id >= by_id_.size()) by_id_.resize(reader.key_count());
+    SeenById& entry = by_id_[key_id];
+    if (!entry.known) {
+      const std::string key(reader.key_name(key_id));
+      const Key kind = classify(key);
+      entry.seen = Seen{kind, 0, std::nullopt};
+      if (kind == Key::read) {
+        entry.known = true;
+        ++generation_;
+      } else {
+        if (unread_keys_ < max_unread_keys && key.size() <= max_remembered_key_bytes) {
+          entry.known = true;
+          ++unread_keys_;
         }
-        ids_.erase(it);  // not remembered: a flood of new label sets must not grow memory
         continue;
       }
     }
-    const auto id = seen.id;
-    if (!id) continue;  // lost a name collision (warned about in note_owner)
-    if (*id >= slot_.size()) slot_.resize(*id + 1, {0, 0});
-    auto& [stamp, index] = slot_[*id];
-    if (stamp == stamp_) {
-      samples_[index].value = value;  // the new owner's sample, in the observation of the handover
-      continue;
-    }
-    stamp = stamp_;
-    index = samples_.size();
-    samples_.push_back({*id, value});
+    if (entry.seen.kind != Key::read) continue;
+    if (!take(reader.key_name(key_id), entry.seen, value)) entry.known = false;
   }
 }
 
@@ -455,6 +497,9 @@ void Replay::note_owner(const std::string& rule_key, const std::string& trace_ke
 }
 
 void Replay::note(const vigil::Observation& obs) { intern(obs); }
+void Replay::note(const vigil::TraceReader& reader, const vigil::KeyedObservation& obs) {
+  intern(reader, obs);
+}
 
 std::span<const vigil::Firing> Replay::feed(const vigil::Observation& obs) {
   intern(obs);
@@ -463,6 +508,17 @@ std::span<const vigil::Firing> Replay::feed(const vigil::Observation& obs) {
   last_.mode = obs.mode;  // reuses the string's capacity
   last_.time = obs.time;
   return engine_.observe(obs.step, samples_, {.mode = obs.mode, .time = obs.time});
+}
+
+std::span<const vigil::Firing> Replay::feed(const vigil::TraceReader& reader,
+                                            const vigil::KeyedObservation& obs) {
+  intern(reader, obs);
+  last_.fed = true;
+  last_.step = obs.step;
+  const std::string_view mode = reader.mode_name(obs.mode);
+  last_.mode.assign(mode);
+  last_.time = obs.time;
+  return engine_.observe(obs.step, samples_, {.mode = mode, .time = obs.time});
 }
 
 std::span<const vigil::Firing> Replay::tick(double time) {

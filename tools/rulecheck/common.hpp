@@ -108,6 +108,12 @@ class Replay {
   std::span<const vigil::Firing> feed(const vigil::Observation& obs);
   /// Interns `obs`'s keys (so their names count as seen) without observing.
   void note(const vigil::Observation& obs);
+  /// The same for an observation `reader` handed out with next_keyed: its
+  /// series are found by the reader's ids (a vector index), not by hashing
+  /// their names. One Replay follows one reader (or only Observations).
+  std::span<const vigil::Firing> feed(const vigil::TraceReader& reader,
+                                      const vigil::KeyedObservation& obs);
+  void note(const vigil::TraceReader& reader, const vigil::KeyedObservation& obs);
   /// A clock tick: an observation without samples at `time`, with the step
   /// and mode of the last one fed (nothing before the first). Rules reading
   /// `age(...)` see time pass; no other rule is evaluated.
@@ -137,6 +143,7 @@ class Replay {
   /// read but malformed).
   Key classify(const std::string& key);
   void intern(const vigil::Observation& obs);
+  void intern(const vigil::TraceReader& reader, const vigil::KeyedObservation& obs);
   /// Tracks which trace series is read as each rule-side series key and
   /// warns (once per pair) when two land on one name.
   void note_owner(const std::string& rule_key, const std::string& trace_key, bool exact);
@@ -153,6 +160,22 @@ class Replay {
     std::optional<vigil::SeriesId> id;
   };
   std::unordered_map<std::string, Seen> ids_;  // trace keys seen (bounded, see above)
+  /// The same by the reader's KeyId (keyed feeds): classified at the key's
+  /// first sample, as ids_ entries are made; `known` false where ids_ would
+  /// hold no entry (not met yet, or not remembered), so the key is
+  /// classified again at its next sample exactly as it would be by name.
+  struct SeenById {
+    bool known = false;
+    Seen seen{Key::unread, 0, std::nullopt};
+  };
+  std::vector<SeenById> by_id_;
+  std::vector<bool> mode_noted_;  // by the reader's ModeId
+  /// One sample of a read key whose Seen is `seen` (its engine id refreshed
+  /// if the generation moved); false if the key must be forgotten (its label
+  /// set was refused).
+  bool take(std::string_view key, Seen& seen, double value);
+  void note_mode(const std::string& mode);
+
   /// Bumped whenever a key new to the engine is interned: only then can the
   /// engine hand an existing key's name to another series (an exact name
   /// taking it over from an alias), so ids asked since stay valid.
