@@ -450,6 +450,7 @@ class CsvReader final : public TraceReader {
     key_ids_.assign(n, 0);
     for (std::size_t i = 0; i < n; ++i)
       if (columns_[i] == Role::shared || columns_[i] == Role::series) key_ids_[i] = keys_->intern(names_[i]);
+    if (auto limit = key_limit_error(options_); !limit.empty()) return fail_here(std::move(limit));
     shared_columns_.clear();
     for (auto& list : series_columns_) list.clear();
     for (std::size_t i = 0; i < n; ++i) {
@@ -570,6 +571,10 @@ class CsvReader final : public TraceReader {
     const double group_time = row_[0].time;
     const bool same_time = (std::isnan(time) && std::isnan(group_time)) || time == group_time;
     const KeyId key = keys_->intern(tag);
+    if (auto limit = key_limit_error(options_); !limit.empty()) [[unlikely]] {
+      fail_here(std::move(limit));
+      return;
+    }
     const auto has_tag = [&](const KeyedObservation& o) {
       return std::any_of(o.values.begin(), o.values.end(),
                          [&](const KeyedSample& s) { return s.key == key; });

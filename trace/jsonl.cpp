@@ -67,7 +67,8 @@ class JsonlReader final : public TraceReader {
         path_(in_->name()),
         size_(in_->size()),
         follow_(options.follow),
-        max_line_(options.max_line_bytes) {}
+        max_line_(options.max_line_bytes),
+        options_(options) {}
 
   bool next(Observation& out) override { return next_from_keyed(out); }
 
@@ -84,7 +85,11 @@ class JsonlReader final : public TraceReader {
       if (line_no_ == 1 && text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // UTF-8 BOM
       if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
       if (text.find_first_not_of(" \t\r\f\v") == std::string_view::npos) continue;
-      return parse_line(text, line_start, out);
+      if (!parse_line(text, line_start, out)) return false;
+      // Every record's keys are kept (ids are stable): bounded here.
+      if (auto limit = key_limit_error(options_); !limit.empty()) [[unlikely]]
+        return fail(line_start, std::move(limit));
+      return true;
     }
   }
 
@@ -353,6 +358,7 @@ class JsonlReader final : public TraceReader {
   std::uint64_t size_ = 0;
   bool follow_ = false;
   std::uint64_t max_line_;
+  TraceOptions options_;  // the key limits
   std::string buf_;          // input bytes from the start of the current line on
   std::size_t pos_ = 0;      // start of the next line in buf_
   std::size_t scan_ = 0;     // buf_ before this holds no newline after pos_

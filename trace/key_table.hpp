@@ -62,6 +62,8 @@ class KeyTable {
 
   [[nodiscard]] std::string_view name(std::uint32_t id) const { return names_[id]; }
   [[nodiscard]] std::size_t size() const { return names_.size(); }
+  /// Bytes of the names held.
+  [[nodiscard]] std::size_t bytes() const { return bytes_; }
 
  private:
   [[nodiscard]] std::uint32_t find_in_table(std::string_view s) const {
@@ -86,6 +88,7 @@ class KeyTable {
     char* at = blocks_.back().get() + used_;
     std::memcpy(at, s.data(), s.size());
     used_ += s.size();
+    bytes_ += s.size();
     return {at, s.size()};
   }
 
@@ -154,6 +157,7 @@ class KeyTable {
   std::vector<std::string_view> names_;  // views into blocks_
   std::vector<std::unique_ptr<char[]>> blocks_;
   std::size_t block_size_ = 0, used_ = 0;  // of the last block
+  std::size_t bytes_ = 0;
   std::array<Cached, kCache> cache_{};
   std::vector<std::uint32_t> slots_;  // ids, kNone where empty; a power of two long
   std::size_t mask_ = 0;

@@ -1,6 +1,8 @@
 // TraceReader's keyed hand-out (include/vigil/trace.hpp): the id tables every
 // reader has, next_keyed over next() for readers that do not fill it
 // themselves, and next() over next_keyed() for those that do.
+#include <fmt/format.h>
+
 #include "trace/key_table.hpp"
 #include "vigil/trace.hpp"
 
@@ -17,6 +19,15 @@ std::size_t TraceReader::key_count() const { return keys_->size(); }
 std::string_view TraceReader::key_name(KeyId id) const { return keys_->name(id); }
 std::size_t TraceReader::mode_count() const { return modes_->size(); }
 std::string_view TraceReader::mode_name(ModeId id) const { return modes_->name(id); }
+
+std::string TraceReader::key_limit_error(const TraceOptions& options) const {
+  for (const auto* t : {keys_.get(), modes_.get()})
+    if (t->size() > options.max_keys || t->bytes() > options.max_key_bytes)
+      return fmt::format("more than {} distinct series names (or modes), or {} bytes of them, in "
+                         "one trace (TraceOptions::max_keys, max_key_bytes; docs/limits.md)",
+                         options.max_keys, options.max_key_bytes);
+  return {};
+}
 
 bool TraceReader::next_keyed(KeyedObservation& out) {
   if (!next(plain_)) return false;

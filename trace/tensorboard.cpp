@@ -205,9 +205,13 @@ struct EventFile {
 
 class TensorBoardReader final : public TraceReader {
  public:
-  TensorBoardReader(std::string root, bool is_dir, bool follow,
+  TensorBoardReader(std::string root, bool is_dir, const TraceOptions& options,
                     std::unique_ptr<trace_io::Input> input = nullptr)
-      : root_(std::move(root)), is_dir_(is_dir), follow_(follow), input_(std::move(input)) {}
+      : root_(std::move(root)),
+        is_dir_(is_dir),
+        follow_(options.follow),
+        options_(options),
+        input_(std::move(input)) {}
 
   /// Lists the files (and, without follow, reads them all). False with
   /// `error` set if there is nothing to read.
@@ -432,6 +436,11 @@ class TensorBoardReader final : public TraceReader {
       }
       used += r.size;
       add_event(f);
+      if (auto limit = key_limit_error(options_); !limit.empty()) [[unlikely]] {
+        fail(f, offset, std::move(limit));
+        ok = false;
+        break;
+      }
     }
     f.consumed += used;
     f.pending.consume(used);
@@ -533,6 +542,7 @@ class TensorBoardReader final : public TraceReader {
   std::string root_;
   bool is_dir_;
   bool follow_;
+  TraceOptions options_;  // the key limits
   std::unique_ptr<trace_io::Input> input_;  // a single file's input, until scan() takes it
   std::vector<EventFile> files_;
   std::unordered_map<std::string, std::size_t> known_;
@@ -555,7 +565,7 @@ std::unique_ptr<TraceReader> open_tensorboard(const std::string& path, TraceErro
                                               const TraceOptions& options) {
   std::error_code ec;
   if (path != "-" && fs::is_directory(path, ec)) {
-    auto reader = std::make_unique<TensorBoardReader>(path, true, options.follow);
+    auto reader = std::make_unique<TensorBoardReader>(path, true, options);
     if (!reader->start(error)) return nullptr;
     return reader;
   }
@@ -569,7 +579,7 @@ std::unique_ptr<TraceReader> open_tensorboard_file(std::unique_ptr<Input> in, Tr
                                                    const TraceOptions& options) {
   in->set_follow(options.follow);
   std::string name = in->name();
-  auto reader = std::make_unique<TensorBoardReader>(std::move(name), false, options.follow,
+  auto reader = std::make_unique<TensorBoardReader>(std::move(name), false, options,
                                                     std::move(in));
   if (!reader->start(error)) return nullptr;
   return reader;

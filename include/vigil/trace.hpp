@@ -63,6 +63,7 @@ struct KeyedObservation {
 namespace trace_io {
 class KeyTable;  // trace/key_table.hpp
 }
+struct TraceOptions;
 
 class TraceReader {
  public:
@@ -96,7 +97,8 @@ class TraceReader {
   /// Number of key ids handed out or announced so far; the name of one.
   /// Names are the trace form (`grad_norm{layer="fc1.weight"}`) and stay
   /// valid for the reader's life. The reader keeps every distinct key it
-  /// met: memory grows with the number of distinct keys (their bytes + ~16).
+  /// met (their bytes + ~24 each), up to TraceOptions::max_keys and
+  /// max_key_bytes (docs/limits.md).
   [[nodiscard]] std::size_t key_count() const;
   [[nodiscard]] std::string_view key_name(KeyId id) const;
   /// The same for modes.
@@ -116,6 +118,9 @@ class TraceReader {
   /// For readers that implement next_keyed: next() as a thin adapter over it
   /// (the names assigned over `out`'s strings, so nothing allocates once warm).
   bool next_from_keyed(Observation& out);
+  /// The error message when the keys or modes held passed the limits of
+  /// `options` (TraceOptions::max_keys; checked after each record); empty if not.
+  [[nodiscard]] std::string key_limit_error(const TraceOptions& options) const;
 
   std::optional<TraceError> error_;
   // The reader's interned keys and modes ("train" is mode 0).
@@ -140,6 +145,11 @@ struct TraceOptions {
   /// near this bound whatever the input (`rulecheck --max-line`; see
   /// docs/limits.md). trainer_state.json, read whole, may be 4x this size.
   std::uint64_t max_line_bytes = std::uint64_t{64} << 20;
+  /// The distinct series names (and modes) one reader keeps, and their
+  /// bytes (TraceReader::key_name): the record that passes either is an
+  /// error naming it, so a trace of ever-new names cannot exhaust memory.
+  std::size_t max_keys = std::size_t{1} << 22;
+  std::size_t max_key_bytes = std::size_t{256} << 20;
 };
 
 /// The formats open_trace tells apart.

@@ -128,6 +128,60 @@ TEST_F(LimitsTest, CsvRecordLongerThanTheCapIsAnError) {
   EXPECT_NE(r.error->message.find("record longer than 1048576 bytes"), std::string::npos);
 }
 
+// A reader keeps every distinct series name it hands out (ids are stable
+// for its life): a trace of ever-new names stops with an error at the record
+// that passes TraceOptions::max_keys or max_key_bytes, rather than growing
+// without bound.
+TEST_F(LimitsTest, EverNewSeriesNamesStopAtTheKeyLimit) {
+  vigil::TraceOptions options;
+  options.max_keys = 100;
+  const auto jsonl = (dir_ / "names.jsonl").string();
+  const auto long_csv = (dir_ / "names.csv").string();
+  const auto wide_csv = (dir_ / "wide.csv").string();
+  {
+    std::ofstream j(jsonl), l(long_csv), w(wide_csv);
+    l << "tag,step,value\n";
+    w << "step";
+    for (int i = 1; i <= 150; ++i) {
+      // Line i brings the (i+1)-th name (loss, then s1, s2, ...).
+      j << "{\"step\": " << i << ", \"values\": {\"loss\": 1, \"s" << i << "\": 2}}\n";
+      l << "s" << i << "," << i << ",1\n";  // row i (line i + 1): the i-th name
+      w << ",s" << i;
+    }
+    w << "\n1" << std::string(150, ',') << "\n";
+  }
+  auto expect_limit = [&](const std::string& path, std::uint64_t line) -> std::size_t {
+    const auto r = vigil::test::read_all(path, options);
+    if (!r.error) {
+      ADD_FAILURE() << path << ": read to the end";
+      return 0;
+    }
+    EXPECT_EQ(r.error->line, line) << path;
+    EXPECT_NE(r.error->message.find("more than 100 distinct series names"), std::string::npos)
+        << r.error->message;
+    return r.records.size();
+  };
+  EXPECT_EQ(expect_limit(jsonl, 100), 99u);
+  EXPECT_GE(expect_limit(long_csv, 102), 99u);
+  EXPECT_EQ(expect_limit(wide_csv, 1), 0u);
+  // The bytes of the names are bounded too: 20 names of 100 bytes pass 1000.
+  options.max_keys = 1000;
+  options.max_key_bytes = 1000;
+  const auto wide_names = (dir_ / "wide_names.jsonl").string();
+  {
+    std::ofstream j(wide_names);
+    for (int i = 1; i <= 20; ++i)
+      j << "{\"step\": " << i << ", \"values\": {\"" << std::string(97, 'n') << (100 + i) << "\": 1}}\n";
+  }
+  const auto r = vigil::test::read_all(wide_names, options);
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->line, 11u);
+  EXPECT_EQ(r.records.size(), 10u);
+  // Under the default limits, the same files read to the end.
+  for (const auto& path : {jsonl, long_csv, wide_csv, wide_names})
+    EXPECT_FALSE(vigil::test::read_all(path, vigil::TraceOptions{}).error) << path;
+}
+
 TEST_F(LimitsTest, CsvMegabyteCellsAreReadInLinearTime) {
   // 64 MiB of CSV twice: as four records with a 16 MiB quoted cell each (in
   // an ignored column), and as 4096 records with 16 KiB cells. Read

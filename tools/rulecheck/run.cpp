@@ -165,11 +165,11 @@ class CostSummary {
  public:
   explicit CostSummary(double price) : price_(price) {}
 
-  void observe(const vigil::Observation& obs) {
-    if (!std::isfinite(obs.time)) return;
-    if (!std::isfinite(first_time_)) first_time_ = obs.time;
-    last_time_ = std::max(last_time_, obs.time);
-    last_step_ = obs.step;
+  void observe(std::int64_t step, double time) {
+    if (!std::isfinite(time)) return;
+    if (!std::isfinite(first_time_)) first_time_ = time;
+    last_time_ = std::max(last_time_, time);
+    last_step_ = step;
   }
 
   void fired(const vigil::Firing& f) {
@@ -302,19 +302,20 @@ void run_trace(const vigil::Program& program, const std::string& trace, const Ru
     std::fflush(stdout);  // before the bar is drawn again on the same terminal
   };
 
-  vigil::Observation obs;
-  while (reader->next(obs)) {
+  // Keyed: series are found by the reader's ids, not by hashing their names.
+  vigil::KeyedObservation obs;
+  while (reader->next_keyed(obs)) {
     if (progress) progress->tick();
     // Series outside the window still "appear in the trace" for the warning above.
     if (obs.step < opts.from || obs.step > opts.to) {
-      replay.note(obs);
+      replay.note(*reader, obs);
       continue;
     }
 
     ++totals.observations;
-    if (cost) cost->observe(obs);
+    if (cost) cost->observe(obs.step, obs.time);
     if (opts.tick > 0) tick_until(replay, obs.time, opts.tick, emit);
-    emit(replay.feed(obs));
+    emit(replay.feed(*reader, obs));
   }
   if (progress) progress->clear();
   if (stream) std::fflush(stdout);
