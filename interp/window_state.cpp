@@ -194,8 +194,14 @@ double zscore_of(ExactSum& sx, ExactSum& sxx, double n, bool all_equal, double l
 /// variance cancelled (|d| < 2^40 and |y| <= 1e150: no overflow).
 double slope_of(__int128 sd, __int128 sdd, ExactSum& sy, ExactSum& sdy, double n) {
   const DoubleDouble d = dd_of(sd);
-  const DoubleDouble sxx = n_co_centred(dd_of(sdd), d, d, n);
   const DoubleDouble sxy = n_co_centred(sdy.value_dd(), d, sy.value_dd(), n);
+  // The denominator is an integer: exact in int128 wherever n·Σd² fits
+  // (n < 2^32 and Σd² < 2^95: unless steps far apart meet windows of
+  // millions), then rounded once; else in double-double like the numerator.
+  const auto un = static_cast<__int128>(n);
+  if (n < 0x1p32 && sdd < (static_cast<__int128>(1) << 95) && (sd < 0 ? -sd : sd) < (static_cast<__int128>(1) << 63))
+    return (sxy.hi + sxy.lo) / static_cast<double>(un * sdd - sd * sd);
+  const DoubleDouble sxx = n_co_centred(dd_of(sdd), d, d, n);
   return (sxy.hi + sxy.lo) / (sxx.hi + sxx.lo);
 }
 
@@ -1118,7 +1124,12 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     // The samples that leave next, a few lines ahead: the oldest end of a
     // long window is touched once per line of samples, seldom enough (a
     // trace reader streaming in between) to have left the cache.
-    if (lo + 16 < end) __builtin_prefetch(&h.value[h.phys(lo + 16)]);
+    if (lo + 16 < end) {
+      const std::size_t ahead = h.phys(lo + 16);
+      __builtin_prefetch(&h.value[ahead]);
+      // slope reads the leaving samples' steps too.
+      if (kind == RunKind::slope) __builtin_prefetch(&h.step[ahead]);
+    }
     lo_ = lo;
     if (kind == RunKind::min || kind == RunKind::max) deque_.expire(lo);
     if (recentre && !recentre_slope(h)) rebuild(kind, h, lo, end);

@@ -171,18 +171,20 @@ class ExactSum {
   void compact();
   /// add_scaled on the digits of both.
   bool add_scaled_digits(ExactSum& other, std::int64_t m);
+  // What an addition in the fast form touches comes first (two cache lines;
+  // the digits after them are touched only in the digits form).
   // fast form: a_ (two's complement, a_[3] the top word) times 2^(e_ - 1074);
   // e_ < 0 until the first non-zero summand sets it.
   bool fast_ = true;
-  int e_ = -1;
-  std::uint64_t a_[4];
-  std::int64_t d_[digits];
-  int lo_ = digits, hi_ = -1;  // digits in use
-  std::uint32_t ops_ = 0;      // additions since the last carry propagation (or check)
-  std::uint32_t slow_ops_ = 0;  // additions in the digits since the last compact()
   bool track_ = false;
+  int e_ = -1;
+  std::uint32_t ops_ = 0;       // additions since the last carry propagation (or check)
+  std::uint32_t slow_ops_ = 0;  // additions in the digits since the last compact()
+  std::uint64_t a_[4];
   // The compensated sum s_ + c_, within err_ of the exact sum.
   double s_ = 0, c_ = 0, err_ = 0;
+  int lo_ = digits, hi_ = -1;  // digits in use
+  std::int64_t d_[digits];
 };
 
 /// The running kind's value computed afresh from a window that is not a
