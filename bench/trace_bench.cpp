@@ -163,6 +163,33 @@ bool generate(const fs::path& tmp) {
 
 enum class Api { keyed, observation };
 
+/// Reads `reader` to the end through `api`; returns the observations. The
+/// keyed consumer is what a replay is: each key id mapped to its own handle
+/// once (here the name's length, standing in for an engine lookup), then one
+/// vector index per sample.
+std::uint64_t drain(vigil::TraceReader& reader, Api api) {
+  std::uint64_t n = 0;
+  if (api == Api::observation) {
+    vigil::Observation obs;
+    while (reader.next(obs)) {
+      benchmark::DoNotOptimize(obs.values.data());
+      ++n;
+    }
+    return n;
+  }
+  vigil::KeyedObservation obs;
+  std::vector<std::size_t> handle;
+  std::size_t sum = 0;
+  while (reader.next_keyed(obs)) {
+    while (handle.size() < reader.key_count())
+      handle.push_back(reader.key_name(static_cast<vigil::KeyId>(handle.size())).size());
+    for (const auto& sample : obs.values) sum += handle[sample.key];
+    ++n;
+  }
+  benchmark::DoNotOptimize(sum);
+  return n;
+}
+
 void read_trace(benchmark::State& state, Format format, Api api) {
   const Files& f = files();
   const std::string& path = format == Format::tensorboard ? f.tensorboard
@@ -181,28 +208,7 @@ void read_trace(benchmark::State& state, Format format, Api api) {
       state.SkipWithError(error.format().c_str());
       return;
     }
-    observations = 0;
-    if (api == Api::observation) {
-      vigil::Observation obs;
-      while (reader->next(obs)) {
-        benchmark::DoNotOptimize(obs.values.data());
-        ++observations;
-      }
-    } else {
-      // A consumer as a replay is one: each key id mapped to its own handle
-      // once (here the name's length, standing in for an engine lookup),
-      // then one vector index per sample.
-      vigil::KeyedObservation obs;
-      std::vector<std::size_t> handle;
-      std::size_t sum = 0;
-      while (reader->next_keyed(obs)) {
-        while (handle.size() < reader->key_count())
-          handle.push_back(reader->key_name(static_cast<vigil::KeyId>(handle.size())).size());
-        for (const auto& sample : obs.values) sum += handle[sample.key];
-        ++observations;
-      }
-      benchmark::DoNotOptimize(sum);
-    }
+    observations = drain(*reader, api);
     if (reader->error()) {
       state.SkipWithError(reader->error()->format().c_str());
       return;
@@ -283,22 +289,7 @@ BENCHMARK(BM_ReadCsv_Baseline)->Unit(benchmark::kMillisecond)->UseRealTime();
                 : format == "jsonl"     ? vigil::open_jsonl(path, error)
                                         : vigil::open_csv(path, error);
   if (!reader) return 0;
-  std::uint64_t n = 0;
-  if (api == "observation") {
-    vigil::Observation obs;
-    while (reader->next(obs)) ++n;
-  } else {
-    vigil::KeyedObservation obs;
-    std::vector<std::size_t> handle;
-    std::size_t sum = 0;
-    while (reader->next_keyed(obs)) {
-      while (handle.size() < reader->key_count())
-        handle.push_back(reader->key_name(static_cast<vigil::KeyId>(handle.size())).size());
-      for (const auto& sample : obs.values) sum += handle[sample.key];
-      ++n;
-    }
-    benchmark::DoNotOptimize(sum);
-  }
+  const std::uint64_t n = drain(*reader, api == "observation" ? Api::observation : Api::keyed);
   return reader->error() ? 0 : n;
 }
 
