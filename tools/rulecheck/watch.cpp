@@ -200,12 +200,13 @@ class Watcher {
 
   // Reads and evaluates everything available now.
   void drain() {
-    vigil::Observation obs;
+    // Keyed: series are found by the reader's ids (the Replay was made for this reader).
+    vigil::KeyedObservation obs;
     bool any = false;
-    while (!stop_requested() && reader_->next(obs)) {
+    while (!stop_requested() && reader_->next_keyed(obs)) {
       ++observations_;
       any = true;
-      const auto firings = replay_->feed(obs);
+      const auto firings = replay_->feed(*reader_, obs);
       if (!silent_) report(firings);
     }
     if (any) {
