@@ -53,39 +53,43 @@ void collect(const vigil::Program& program, const std::set<std::string>& read_na
   }
   const auto& rules = program.rules();
   Replay replay(program, run.trace);
-  // Keys seen before -> their series (null: not read by any rule, or malformed).
-  std::unordered_map<std::string, SeriesSamples*> by_key;
-  vigil::Observation obs;
-  while (reader->next(obs)) {
+  // By the reader's key id: its series (null: not read by any rule, or
+  // malformed), decided when the id first appears. Read keyed, like `run`:
+  // no name is copied or hashed per sample.
+  struct ById {
+    bool known = false;
+    SeriesSamples* series = nullptr;
+  };
+  std::vector<ById> by_id;
+  vigil::KeyedObservation obs;
+  while (reader->next_keyed(obs)) {
     ++out.trace.observations;
     out.trace.first = out.trace.first ? std::min(*out.trace.first, obs.step) : obs.step;
     out.trace.last = out.trace.last ? std::max(*out.trace.last, obs.step) : obs.step;
-    for (const auto& [key, value] : obs.values) {
-      auto it = by_key.find(key);
-      if (it == by_key.end()) {
-        SeriesSamples* series = nullptr;
+    const bool eval = reader->mode_name(obs.mode) == "eval";
+    for (const auto& [key_id, value] : obs.values) {
+      if (key_id >= by_id.size()) by_id.resize(reader->key_count());
+      ById& entry = by_id[key_id];
+      if (!entry.known) {
+        entry.known = true;
         std::string name;
         vigil::Labels labels;
-        if (vigil::parse_series_key(key, name, labels)) {
+        if (vigil::parse_series_key(reader->key_name(key_id), name, labels)) {
           name = std::string(program.resolve_alias(name));
           if (read_names.count(name)) {
-            series = &out.series[vigil::format_series_key(name, labels)];
-            series->name = name;
-            series->labels = std::move(labels);
+            entry.series = &out.series[vigil::format_series_key(name, labels)];
+            entry.series->name = name;
+            entry.series->labels = std::move(labels);
           }
         }
-        // Keys no rule reads are remembered only up to a bound (a trace of
-        // millions of distinct names must not cost memory per name).
-        if (series == nullptr && (by_key.size() >= 65'536 || key.size() > 1024)) continue;
-        it = by_key.emplace(key, series).first;
       }
-      if (auto* s = it->second) {
+      if (auto* s = entry.series) {
         s->steps.push_back(obs.step);
         s->values.push_back(value);
-        (obs.mode == "eval" ? s->eval : s->train) = true;
+        (eval ? s->eval : s->train) = true;
       }
     }
-    for (const auto& f : replay.feed(obs)) {
+    for (const auto& f : replay.feed(*reader, obs)) {
       ReportModel::Firing r;
       r.rule = static_cast<std::size_t>(f.rule - rules.data());
       r.step = f.step;
