@@ -450,25 +450,17 @@ void Replay::intern(const vigil::TraceReader& reader, const vigil::KeyedObservat
     mode_noted_[obs.mode] = true;
   }
   // The same steps as by name, with the reader's id in place of the hash
-  // lookup: a key is classified where ids_ would get its entry, and
-  // forgotten where ids_ would drop or never keep it.
+  // lookup. Every key is classified once: the reader already holds its name
+  // (within TraceOptions::max_keys), so the bound ids_ needs on unread keys
+  // does not apply; a read key whose label set was refused is asked again.
   for (const auto& [key_id, value] : obs.values) {
     if (key_id >= by_id_.size()) by_id_.resize(reader.key_count());
     SeenById& entry = by_id_[key_id];
     if (!entry.known) {
-      const std::string key(reader.key_name(key_id));
-      const Key kind = classify(key);
+      const Key kind = classify(std::string(reader.key_name(key_id)));
       entry.seen = Seen{kind, 0, std::nullopt};
-      if (kind == Key::read) {
-        entry.known = true;
-        ++generation_;
-      } else {
-        if (unread_keys_ < max_unread_keys && key.size() <= max_remembered_key_bytes) {
-          entry.known = true;
-          ++unread_keys_;
-        }
-        continue;
-      }
+      entry.known = true;
+      if (kind == Key::read) ++generation_;
     }
     if (entry.seen.kind != Key::read) continue;
     if (!take(reader.key_name(key_id), entry.seen, value)) entry.known = false;

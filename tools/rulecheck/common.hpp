@@ -161,9 +161,8 @@ class Replay {
   };
   std::unordered_map<std::string, Seen> ids_;  // trace keys seen (bounded, see above)
   /// The same by the reader's KeyId (keyed feeds): classified at the key's
-  /// first sample, as ids_ entries are made; `known` false where ids_ would
-  /// hold no entry (not met yet, or not remembered), so the key is
-  /// classified again at its next sample exactly as it would be by name.
+  /// first sample; `known` false until then, and again after a read key's
+  /// label set was refused (as ids_ forgets it).
   struct SeenById {
     bool known = false;
     Seen seen{Key::unread, 0, std::nullopt};
