@@ -1137,7 +1137,16 @@ TensorStats compute_stats(const TensorView& t, StatMask wanted, const TensorView
   set(Stat::numel, n);
   set(Stat::nan_count, a.nans);
   set(Stat::inf_count, a.infs);
-  if (n == 0) return out;  // empty tensor: counts are 0, the rest undefined (NaN)
+  // What was not asked for is NaN (its accumulators may not have run).
+  auto drop_unwanted = [&] {
+    for (std::size_t i = 0; i < stat_count; ++i)
+      if ((wanted & stat_bit(static_cast<Stat>(i))) == 0 && static_cast<Stat>(i) != Stat::numel)
+        out.values[i] = nan;
+  };
+  if (n == 0) {  // empty tensor: the counts asked for are 0, the rest undefined (NaN)
+    drop_unwanted();
+    return out;
+  }
   const bool has_nan = a.nans > 0;
   set(Stat::norm, std::sqrt(a.sumsq));
   set(Stat::sum, a.sum);
@@ -1156,10 +1165,7 @@ TensorStats compute_stats(const TensorView& t, StatMask wanted, const TensorView
   set(Stat::frac_neg, a.neg / n);
   set(Stat::frac_nan, a.nans / n);
   set(Stat::frac_inf, a.infs / n);
-  // What was not asked for is NaN (its accumulators may not have run).
-  for (std::size_t i = 0; i < stat_count; ++i)
-    if ((wanted & stat_bit(static_cast<Stat>(i))) == 0 && static_cast<Stat>(i) != Stat::numel)
-      out.values[i] = nan;
+  drop_unwanted();
   if ((wanted & (stat_bit(Stat::update_norm) | stat_bit(Stat::update_ratio))) != 0 &&
       previous != nullptr && valid(*previous) && previous->shape.size() == t.shape.size() &&
       std::equal(t.shape.begin(), t.shape.end(), previous->shape.begin())) {

@@ -522,6 +522,24 @@ TEST(TensorStats, ThreadingSettingRoundTrips) {
   EXPECT_EQ(vigil::stats_threading().min_bytes, 12345u);
 }
 
+// An empty tensor returns early: its counts are 0 when asked for and, like
+// every stat not asked for, NaN when not (was: 0 whatever the mask).
+TEST(TensorStats, EmptyTensorHonoursTheMask) {
+  const float none[1] = {0};
+  const std::int64_t shape[] = {0};
+  const auto counts = vigil::compute_stats({none, DType::float32, shape, {}},
+                                           vigil::stat_bit(Stat::nan_count));
+  EXPECT_EQ(counts[Stat::numel], 0);
+  EXPECT_EQ(counts[Stat::nan_count], 0);
+  EXPECT_TRUE(std::isnan(counts[Stat::inf_count]));
+  EXPECT_TRUE(std::isnan(counts[Stat::norm]));
+  const auto norm = vigil::compute_stats({none, DType::float32, shape, {}}, vigil::stat_bit(Stat::norm));
+  EXPECT_EQ(norm[Stat::numel], 0);
+  EXPECT_TRUE(std::isnan(norm[Stat::nan_count]));
+  EXPECT_TRUE(std::isnan(norm[Stat::inf_count]));
+  EXPECT_TRUE(std::isnan(norm[Stat::norm]));
+}
+
 TEST(TensorStats, MaskedStatsEqualTheFullPassOnEveryDtype) {
   // The general path (other dtypes, strided views) honours the mask too.
   const double v[] = {1.5, -2, 0, 4, NAN, 3};
