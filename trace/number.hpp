@@ -4,6 +4,7 @@
 // replaced.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <string_view>
@@ -22,6 +23,36 @@ inline std::string_view trim_blanks(std::string_view s) {
 
 namespace detail {
 inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/// Digits from `p` on, eight at a time while eight are there, appended to
+/// `w` (wrapping past 19 digits: the caller counts them); returns the end.
+inline const char* digits(const char* p, const char* end, std::uint64_t& w) {
+  if constexpr (std::endian::native == std::endian::little) {
+    while (end - p >= 8) {
+      const std::uint64_t eight = fast_float::read_u64(p);
+      // The high bit of each byte that is not a digit; below the first
+      // such byte every byte is a digit, so no carry or borrow reaches it
+      // and its bit is exact (the bits above it do not matter).
+      const std::uint64_t not_digit =
+          ((eight + 0x4646464646464646) | (eight - 0x3030303030303030)) & 0x8080808080808080;
+      if (not_digit == 0) {
+        w = w * 100000000 + fast_float::parse_eight_digits_unrolled(eight);
+        p += 8;
+        continue;
+      }
+      // The n < 8 digits that end the run, shifted to the end of the word
+      // behind 8 - n '0's: one more eight-digit conversion.
+      const int n = std::countr_zero(not_digit) / 8;
+      if (n == 0) return p;
+      const std::uint64_t padded = (eight << (8 * (8 - n))) | (0x3030303030303030 >> (8 * n));
+      static constexpr std::uint64_t scale[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
+      w = w * scale[n] + fast_float::parse_eight_digits_unrolled(padded);
+      return p + n;
+    }
+  }
+  while (p != end && is_digit(*p)) w = w * 10 + static_cast<unsigned>(*p++ - '0');
+  return p;
+}
 /// ASCII case-insensitive equality with a lower-case `word`.
 inline bool equals_lower(std::string_view s, std::string_view word) {
   if (s.size() != word.size()) return false;
@@ -32,6 +63,64 @@ inline bool equals_lower(std::string_view s, std::string_view word) {
   return true;
 }
 }  // namespace detail
+
+/// The common decimal spelling, read in one pass: `-?[0-9]+(\.[0-9]+)?`
+/// then optionally `[eE][+-]?[0-9]+`, at most 19 digits in all, from `p` on
+/// (what follows is the caller's to judge). Returns the end of the number
+/// with `out` set, or nullptr to decline: no digit first, more than 19
+/// digits, a '.' or an exponent without digits after it, or one of the rare
+/// values Eisel-Lemire cannot decide alone. Whenever it returns non-null,
+/// fast_float::from_chars(p, end) stops at the same byte with the same
+/// bits: this is fast_float's own conversion (Clinger's fast path, else
+/// compute_float and to_float, as in from_chars_advanced) without its digit
+/// scan, which takes the integer and fraction digits one at a time except
+/// for runs of eight (tests/csvhf/number_test.cpp and
+/// tests/trace/jsonl_scan_test.cpp compare the two).
+inline const char* fast_decimal(const char* p, const char* end, double& out) {
+  const bool negative = p != end && *p == '-';
+  if (negative) ++p;
+  if (p == end || !detail::is_digit(*p)) return nullptr;
+  std::uint64_t w = 0;
+  const char* start = p;
+  p = detail::digits(p, end, w);
+  std::int64_t exponent = 0;
+  std::size_t count = static_cast<std::size_t>(p - start);
+  if (p != end && *p == '.') {
+    const char* fraction = ++p;
+    p = detail::digits(p, end, w);
+    if (p == fraction) return nullptr;
+    exponent = fraction - p;
+    count += static_cast<std::size_t>(p - fraction);
+  }
+  if (count > 19) return nullptr;
+  if (p != end && (*p == 'e' || *p == 'E')) {
+    ++p;
+    const bool minus = p != end && *p == '-';
+    if (p != end && (*p == '-' || *p == '+')) ++p;
+    if (p == end || !detail::is_digit(*p)) return nullptr;
+    std::int64_t e = 0;
+    for (; p != end && detail::is_digit(*p); ++p) {
+      if (e > 100000) return nullptr;  // far past any double: fast_float's to judge
+      e = e * 10 + (*p - '0');
+    }
+    exponent += minus ? -e : e;
+  }
+  using format = fast_float::binary_format<double>;
+  if (exponent >= format::min_exponent_fast_path() && exponent <= format::max_exponent_fast_path() &&
+      w <= format::max_mantissa_fast_path()) {
+    // fast_float takes another path when the thread does not round to nearest.
+    if (!fast_float::detail::rounds_to_nearest()) return nullptr;
+    out = static_cast<double>(w);
+    if (exponent < 0) out = out / format::exact_power_of_ten(-exponent);
+    else out = out * format::exact_power_of_ten(exponent);
+    if (negative) out = -out;
+    return p;
+  }
+  const fast_float::adjusted_mantissa am = fast_float::compute_float<format>(exponent, w);
+  if (am.power2 < 0) return nullptr;  // needs fast_float's digit comparison
+  fast_float::to_float(negative, am, out);
+  return p;
+}
 
 /// A sample, after trim_blanks: an optional sign ('+' or '-'), then either a
 /// decimal number (digits with an optional '.' and an optional exponent;
@@ -47,10 +136,14 @@ inline bool parse_number(std::string_view text, double& out) {
   // Nearly every cell: digits (or '-' and digits) with no blank around
   // them, which is fast_float's syntax exactly: one call, no trimming. Any
   // other cell, or one fast_float stops short in, takes the general path.
+  // fast_decimal first (one pass over the digits), fast_float for what it
+  // declines.
   if (!text.empty() && (detail::is_digit(text[0]) ||
                         (text[0] == '-' && text.size() > 1 && detail::is_digit(text[1])))) {
-    const auto [ptr, ec] = fast_float::from_chars(text.data(), text.data() + text.size(), out);
-    if (ec == std::errc{} && ptr == text.data() + text.size()) return true;
+    const char* end = text.data() + text.size();
+    if (fast_decimal(text.data(), end, out) == end) return true;
+    const auto [ptr, ec] = fast_float::from_chars(text.data(), end, out);
+    if (ec == std::errc{} && ptr == end) return true;
   }
   std::string_view s = trim_blanks(text);
   std::string_view word = s;

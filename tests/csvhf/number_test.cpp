@@ -198,6 +198,66 @@ TEST(CsvNumbers, MutatedCellsAgreeWithFromChars) {
   }
 }
 
+/// fast_decimal (the one-pass reading the CSV and JSONL readers try first)
+/// on `text`: if it takes a number, fast_float must stop at the same byte
+/// with the same bits.
+::testing::AssertionResult decimal_agrees(std::string_view text) {
+  double got = -12345.0, want = -12345.0;
+  const char* end = text.data() + text.size();
+  const char* p = vigil::trace_io::fast_decimal(text.data(), end, got);
+  if (p == nullptr) return ::testing::AssertionSuccess();
+  const auto [ptr, ec] = fast_float::from_chars(text.data(), end, want);
+  if (ec != std::errc{} || ptr != p)
+    return ::testing::AssertionFailure() << "'" << text << "': fast_decimal took "
+                                         << (p - text.data()) << " bytes, fast_float "
+                                         << (ec != std::errc{} ? -1 : ptr - text.data());
+  if (std::bit_cast<std::uint64_t>(want) != std::bit_cast<std::uint64_t>(got))
+    return ::testing::AssertionFailure() << "'" << text << "': fast_decimal " << std::hexfloat << got
+                                         << ", fast_float " << want << std::defaultfloat;
+  return ::testing::AssertionSuccess();
+}
+
+TEST(CsvNumbers, FastDecimalStopsWhereFastFloatDoes) {
+  // Runs of 0-19 digits before and after the '.', then every byte value:
+  // the eight-at-a-time scan must find the run's end whatever follows it
+  // (bytes above '9', below '0', with the high bit set), at every distance
+  // from the end of the text.
+  std::mt19937_64 rng(31);
+  std::size_t taken = 0;
+  for (int int_digits = 1; int_digits <= 20; ++int_digits)
+    for (int frac_digits = -1; frac_digits <= 20; ++frac_digits)
+      for (int b = 0; b < 256; ++b) {
+        std::string text;
+        if (b % 2 == 0) text += '-';
+        for (int k = 0; k < int_digits; ++k) text += static_cast<char>('0' + rng() % 10);
+        if (frac_digits >= 0) text += '.';
+        for (int k = 0; k < frac_digits; ++k) text += static_cast<char>('0' + rng() % 10);
+        text += static_cast<char>(b);
+        text.append(rng() % 10, '7');
+        ASSERT_TRUE(decimal_agrees(text));
+        // The same text cut at every length, so that the end of the text
+        // falls inside and after the run.
+        for (std::size_t n = 1; n < text.size(); ++n) ASSERT_TRUE(decimal_agrees(std::string_view(text).substr(0, n)));
+        double v;
+        taken += vigil::trace_io::fast_decimal(text.data(), text.data() + text.size(), v) != nullptr;
+      }
+  // What it must take: every spelling of up to 19 digits with a digit
+  // after the '.' (the others fall back to fast_float).
+  EXPECT_GT(taken, 20u * 18 * 256 / 2);
+  // Exponents, and random shortest strings of all magnitudes.
+  for (const char* s : {"1e5", "1E+05", "2.5e-3", "7e22", "7e23", "9007199254740993", "1e-400", "1e400",
+                        "2.2250738585072011e-308", "4.9e-324", "1.7976931348623157e308", "0.1e", "1.e5",
+                        "1e+", "-0", "-0.0e0", "00012.50", "123456789012345678901"})
+    ASSERT_TRUE(decimal_agrees(s));
+  char buf[64];
+  for (int i = 0; i < 300000; ++i) {
+    const double d = std::bit_cast<double>(rng());
+    if (!std::isfinite(d)) continue;
+    const char* end = std::to_chars(buf, buf + sizeof buf, d).ptr;
+    ASSERT_TRUE(decimal_agrees(std::string_view(buf, static_cast<std::size_t>(end - buf))));
+  }
+}
+
 TEST(CsvNumbers, EveryCellOfTheRealCsvsAgrees) {
   std::size_t cells = 0;
   for (const auto& entry : fs::recursive_directory_iterator(VIGIL_CSVHF_TEST_DATA)) {
