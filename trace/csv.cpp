@@ -495,7 +495,10 @@ class CsvReader final : public TraceReader {
 
   /// Empty cell: no value (true, `has` false); bad number: error.
   bool read_value(std::size_t i, double& value, bool& has) {
-    const std::string_view cell = trim(scanner_.fields[i]);
+    std::string_view cell = scanner_.fields[i];
+    // Trimmed only if it may need it: nearly every cell starts and ends
+    // with a digit.
+    if (cell.empty() || cell.front() <= ' ' || cell.back() <= ' ') cell = trim(cell);
     has = !cell.empty();
     if (!has) return true;
     if (!parse_number(cell, value))
