@@ -284,6 +284,10 @@ class CsvReader final : public TraceReader {
       }
       if (error_) return false;
       if (columns_.empty() && !read_header()) return false;
+      if (!long_ && plain_wide_row()) {
+        assemble_wide_row();
+        continue;
+      }
       if (!read_record()) {
         // End of the data (for now) or damage: a long CSV's last group is
         // made of complete rows, so it is handed out.
@@ -516,29 +520,95 @@ class CsvReader final : public TraceReader {
     }
   }
 
+  /// The wide row at pos_ read in one pass over its bytes, if it is a plain
+  /// one: a whole line in the buffer (within the --max-line limit) whose
+  /// step cell is an integer of up to 18 digits and whose other cells are
+  /// empty or a number fast_decimal takes whole (trace/number.hpp), with
+  /// no quote, blank or other byte, and the header's number of fields.
+  /// Then the row is consumed and its cells are in row_cells_, exactly as
+  /// read_record + read_row_cells would have read them. Any other row
+  /// (quotes, blanks, words, damage, a blank line, an incomplete last line)
+  /// returns false with nothing consumed, for the general path to judge.
+  bool plain_wide_row() {
+    const char* const row = buf_.data() + pos_;
+    const char* const end = buf_.data() + buf_.size();
+    const char* p = row;
+    const std::size_t n = columns_.size();
+    cells_.resize(n);
+    RowCells r;
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool last = i + 1 == n;
+      const char delimiter = last ? '\n' : ',';
+      if (p == end) return false;
+      const Role role = columns_[i];
+      Cell& c = cells_[i];
+      if (role == Role::ignored) {
+        while (p != end && *p != ',' && *p != '\n' && *p != '"' && *p != '\r') ++p;
+      } else if (*p == delimiter || (last && *p == '\r')) {
+        if (role == Role::step) return false;  // an empty step: the general path's error
+        c.has = false;
+      } else if (role == Role::step) {
+        const char* q = p;
+        if (*q == '-') ++q;
+        std::uint64_t u = 0;
+        const char* e = trace_io::detail::digits(q, end, u);
+        if (e == q || e - q > 18) return false;
+        r.step = *p == '-' ? -static_cast<std::int64_t>(u) : static_cast<std::int64_t>(u);
+        p = e;
+      } else {
+        const char* e = trace_io::fast_decimal(p, end, c.value);
+        if (e == nullptr) return false;
+        p = e;
+        c.has = true;
+        if (role == Role::time) r.time = c.value;
+        else if (role == Role::shared) r.any_shared = true;
+        else if (role == Role::series) r.any = true, ++r.per_mode[static_cast<std::size_t>(column_modes_[i])];
+      }
+      if (last && p != end && *p == '\r') ++p;
+      if (p == end || *p != delimiter) return false;
+      ++p;
+    }
+    const auto consumed = static_cast<std::size_t>(p - row);
+    if (consumed > options_.max_line_bytes) return false;
+    rec_line_ = line_;
+    rec_offset_ = base_ + pos_;
+    ++line_;
+    pos_ += consumed;
+    row_cells_ = r;
+    return true;
+  }
+
   void take_wide_row() {
     if (!check_width()) return;
-    std::int64_t step = 0;
-    double time = std::numeric_limits<double>::quiet_NaN();
     // Every cell is read first, in column order, so that the first bad cell
     // is the one reported; then the observations are assembled.
     cells_.resize(columns_.size());
-    bool any = false, any_shared = false;
-    std::size_t per_mode[mode_count] = {};
+    RowCells r;
     for (std::size_t i = 0; i < columns_.size(); ++i) {
       const Role role = columns_[i];
       if (role == Role::ignored) continue;
       if (role == Role::step) {
-        if (!read_step(i, step)) return;
+        if (!read_step(i, r.step)) return;
         continue;
       }
       Cell& c = cells_[i];
       if (!read_value(i, c.value, c.has)) return;
       if (!c.has) continue;
-      if (role == Role::time) time = c.value;
-      else if (role == Role::shared) any_shared = true;
-      else if (role == Role::series) any = true, ++per_mode[static_cast<std::size_t>(column_modes_[i])];
+      if (role == Role::time) r.time = c.value;
+      else if (role == Role::shared) r.any_shared = true;
+      else if (role == Role::series) r.any = true, ++r.per_mode[static_cast<std::size_t>(column_modes_[i])];
     }
+    row_cells_ = r;
+    assemble_wide_row();
+  }
+
+  /// The observations of the wide row read into cells_ and row_cells_.
+  void assemble_wide_row() {
+    const RowCells& r = row_cells_;
+    const std::int64_t step = r.step;
+    const double time = r.time;
+    const bool any = r.any, any_shared = r.any_shared;
+    const auto& per_mode = r.per_mode;
     for (std::size_t m = 0; m < mode_count; ++m) {
       // A row holding only shared samples is a train observation of them.
       const bool only_shared = m == 0 && !any && any_shared;
@@ -643,6 +713,14 @@ class CsvReader final : public TraceReader {
     bool has = false;
   };
   std::vector<Cell> cells_;
+  // Wide CSV: what the current row's cells say beyond their values.
+  struct RowCells {
+    std::int64_t step = 0;
+    double time = std::numeric_limits<double>::quiet_NaN();
+    bool any = false, any_shared = false;  // a series / a shared sample
+    std::size_t per_mode[mode_count] = {};  // series samples per mode
+  };
+  RowCells row_cells_;
   bool group_open_ = false;  // long CSV: row_ holds a group being gathered
 };
 
