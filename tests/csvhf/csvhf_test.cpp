@@ -5,12 +5,14 @@
 // CSVs, and damaged copies made at run time (each must give a positioned error
 // after returning every complete record before the damage).
 
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -725,6 +727,110 @@ TEST_F(CsvHfTest, MalformedRowsArePositioned) {
     EXPECT_EQ(r.records[3].step, 2);
     EXPECT_EQ(r.records[3].mode, "eval");
   }
+}
+
+// The reader takes a plain wide row (numbers and empty cells, nothing else)
+// in one pass and any other row by splitting it into fields first. Quoting
+// every cell (RFC 4180: the same fields) sends every row to the general
+// path, so a file and its quoted copy must read the same: the same
+// observations bit for bit, the same error message at the same line.
+// Random rows from cells on both sides of the fast path's edge: blanks,
+// signs, words, exponents, long digit runs, stray '\r', wrong widths,
+// empty steps, blank lines, CRLF.
+TEST_F(CsvHfTest, PlainRowsReadAsTheGeneralPathReadsThem) {
+  const std::string header = "step,time,,loss,val_loss,epoch\n";  // the empty name is ignored
+  static const char* const cells[] = {
+      "1", "0", "-0", "12", "-7", "0.5", "-2.25", "1e5", "1E-3", "2.5e+10", "3.", ".5", "+4",
+      "007", "1234567890123456789", "12345678901234567890", "0.00000000000000000000123",
+      "1.7976931348623157e308", "1e999", "1e-999", "nan", "-Infinity", "inf", "x", "1x", " 2",
+      "2 ", "\t3", "", "", "", "1\r", "0x10", "--1", "1..2", "1e", "1e+", "9007199254740993"};
+  static const char* const steps[] = {"1", "20", "-3", "0", "007", "+5", " 6", "7 ", "",
+                                      "1.0", "1e2", "123456789012345678", "1234567890123456789",
+                                      "99999999999999999999", "x", "3.5"};
+  std::mt19937_64 rng(14);
+  const auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  std::size_t rows_read = 0, errors = 0;
+  for (int file = 0; file < 300; ++file) {
+    std::string plain = header, quoted = header;
+    const int rows = 1 + static_cast<int>(pick(12));
+    for (int row = 0; row < rows; ++row) {
+      if (pick(20) == 0) {  // a blank line: skipped either way (left unquoted)
+        plain += "\n";
+        quoted += "\n";
+        continue;
+      }
+      // Mostly plain rows; some with a bad cell; some of the wrong width.
+      const bool clean = pick(3) != 0;
+      std::size_t width = 6;
+      if (pick(25) == 0) width = pick(2) == 0 ? 5 : 7;
+      const bool crlf = pick(4) == 0;
+      for (std::size_t i = 0; i < width; ++i) {
+        std::string cell;
+        if (i == 0) cell = clean ? std::to_string(row * 10 + static_cast<int>(pick(10))) : steps[pick(std::size(steps))];
+        else if (clean) cell = pick(4) == 0 ? "" : cells[pick(10)];
+        else cell = cells[pick(std::size(cells))];
+        if (i > 0) {
+          plain += ',';
+          quoted += ',';
+        }
+        plain += cell;
+        // A '\r' that ends the row's last cell is its line end's (CRLF):
+        // outside the quotes, as the unquoted row means it.
+        const bool trailing_cr = i + 1 == width && !crlf && !cell.empty() && cell.back() == '\r';
+        quoted += '"' + (trailing_cr ? cell.substr(0, cell.size() - 1) : cell) + '"';
+        if (trailing_cr) quoted += '\r';
+      }
+      plain += crlf ? "\r\n" : "\n";
+      quoted += crlf ? "\r\n" : "\n";
+    }
+    if (pick(5) == 0) {  // a last line without its newline
+      plain.pop_back();
+      quoted.pop_back();
+      if (!plain.empty() && plain.back() == '\r') {
+        plain.pop_back();
+        quoted.pop_back();
+      }
+    }
+    SCOPED_TRACE(plain);
+    const auto a = read_all(write("plain.csv", plain));
+    const auto b = read_all(write("quoted.csv", quoted));
+    ASSERT_EQ(a.error.has_value(), b.error.has_value()) << (a.error ? a.error->format() : b.error->format());
+    if (a.error) {
+      EXPECT_EQ(a.error->message, b.error->message);
+      EXPECT_EQ(a.error->line, b.error->line);
+      ++errors;
+    }
+    ASSERT_EQ(a.records.size(), b.records.size());
+    for (std::size_t k = 0; k < a.records.size(); ++k) {
+      const auto &x = a.records[k], &y = b.records[k];
+      EXPECT_EQ(x.step, y.step);
+      EXPECT_EQ(x.mode, y.mode);
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(x.time), std::bit_cast<std::uint64_t>(y.time));
+      ASSERT_EQ(x.values.size(), y.values.size());
+      for (std::size_t v = 0; v < x.values.size(); ++v) {
+        EXPECT_EQ(x.values[v].first, y.values[v].first);
+        if (!(std::isnan(x.values[v].second) && std::isnan(y.values[v].second)))
+          EXPECT_EQ(std::bit_cast<std::uint64_t>(x.values[v].second), std::bit_cast<std::uint64_t>(y.values[v].second));
+      }
+    }
+    rows_read += a.records.size();
+  }
+  // Both sides of the edge were reached.
+  EXPECT_GT(rows_read, 1000u);
+  EXPECT_GT(errors, 100u);
+}
+
+// A plain row longer than --max-line is refused as any other record is.
+TEST_F(CsvHfTest, PlainRowOverTheLineLimitIsRefused) {
+  vigil::TraceOptions options;
+  options.max_line_bytes = 24;
+  const std::string text = "step,a,b\n1,0.5,0.25\n2,0.1234567890123456,0.5\n";  // 25 bytes with its newline
+  const auto r = read_all(write("long.csv", text), options);
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->line, 3u);
+  EXPECT_NE(r.error->message.find("record longer than 24 bytes"), std::string::npos) << r.error->message;
+  ASSERT_EQ(r.records.size(), 1u);
+  EXPECT_EQ(r.records[0].step, 1);
 }
 
 TEST_F(CsvHfTest, FollowKeepsThePartialLine) {
