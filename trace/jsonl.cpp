@@ -86,9 +86,12 @@ class JsonlReader final : public TraceReader {
       if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
       if (text.find_first_not_of(" \t\r\f\v") == std::string_view::npos) continue;
       if (!parse_line(text, line_start, out)) return false;
-      // Every record's keys are kept (ids are stable): bounded here.
-      if (auto limit = key_limit_error(options_); !limit.empty()) [[unlikely]]
-        return fail(line_start, std::move(limit));
+      // Every record's keys are kept (ids are stable): bounded here, checked
+      // when a line added a key or a mode (the tables only grow).
+      if (const std::size_t known = keys_->size() + modes_->size(); known != checked_keys_) [[unlikely]] {
+        checked_keys_ = known;
+        if (auto limit = key_limit_error(options_); !limit.empty()) return fail(line_start, std::move(limit));
+      }
       return true;
     }
   }
@@ -359,6 +362,7 @@ class JsonlReader final : public TraceReader {
   bool follow_ = false;
   std::uint64_t max_line_;
   TraceOptions options_;  // the key limits
+  std::size_t checked_keys_ = 0;  // keys + modes when the limits were last checked
   std::string buf_;          // input bytes from the start of the current line on
   std::size_t pos_ = 0;      // start of the next line in buf_
   std::size_t scan_ = 0;     // buf_ before this holds no newline after pos_

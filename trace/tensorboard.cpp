@@ -258,7 +258,7 @@ class TensorBoardReader final : public TraceReader {
     out.time = p.time;
     out.mode = p.mode();
     const std::uint32_t n = p.count();
-    out.values.resize(n);
+    if (out.values.size() != n) out.values.resize(n);
     if (n == 1) {
       out.values[0] = {p.first, p.value};
       return true;
@@ -429,6 +429,10 @@ class TensorBoardReader final : public TraceReader {
         ok = false;
         break;
       }
+      if (add_known_scalar(f)) {
+        used += r.size;
+        continue;
+      }
       if (const auto field = bad_text_field(); !field.empty()) {
         fail(f, offset, fmt::format("corrupt record: {} is not valid UTF-8", field));
         ok = false;
@@ -436,10 +440,14 @@ class TensorBoardReader final : public TraceReader {
       }
       used += r.size;
       add_event(f);
-      if (auto limit = key_limit_error(options_); !limit.empty()) [[unlikely]] {
-        fail(f, offset, std::move(limit));
-        ok = false;
-        break;
+      // The key tables only grow: the limits are checked when they did.
+      if (const std::size_t known = keys_->size() + modes_->size(); known != checked_keys_) [[unlikely]] {
+        checked_keys_ = known;
+        if (auto limit = key_limit_error(options_); !limit.empty()) {
+          fail(f, offset, std::move(limit));
+          ok = false;
+          break;
+        }
       }
     }
     f.consumed += used;
@@ -460,6 +468,25 @@ class TensorBoardReader final : public TraceReader {
       if (v.has_metadata && !valid_utf8(v.plugin_name)) return "plugin name";
     }
     return {};
+  }
+
+  // Nearly every record: one simple_value of a tag seen before (its UTF-8
+  // checked then), no metadata. Queued as add_event would queue it, without
+  // its per-record vectors; false (nothing done) for any other record. The
+  // key tables do not grow here, so there is no limit to check.
+  bool add_known_scalar(EventFile& f) {
+    if (!event_.has_summary || event_.values.size() != 1) return false;
+    const tb::WireValue& v = event_.values[0];
+    if (v.kind != tb::WireValue::Kind::simple || v.has_metadata || v.tag.empty()) return false;
+    const std::uint32_t name = keys_->find(v.tag);
+    if (name == trace_io::KeyTable::kNone) return false;
+    std::uint32_t mode = tag_modes_[name];
+    if (mode == kUnknown) {
+      if (f.dir_mode_id == kUnknown) f.dir_mode_id = f.dir_mode.empty() ? 0 : modes_->intern(f.dir_mode);
+      mode = f.dir_mode_id;
+    }
+    queue_.push_back(Pending{event_.step, event_.wall_time, v.simple, name, mode << 30 | 1u});
+    return true;
   }
 
   // A series name's id, and the mode its tag implies (kUnknown: none).
@@ -543,6 +570,7 @@ class TensorBoardReader final : public TraceReader {
   bool is_dir_;
   bool follow_;
   TraceOptions options_;  // the key limits
+  std::size_t checked_keys_ = 0;  // keys + modes when the limits were last checked
   std::unique_ptr<trace_io::Input> input_;  // a single file's input, until scan() takes it
   std::vector<EventFile> files_;
   std::unordered_map<std::string, std::size_t> known_;

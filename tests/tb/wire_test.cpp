@@ -13,6 +13,7 @@
 // tensor_scalar over the generated TensorProto.
 
 #include <bit>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -375,6 +376,35 @@ TEST(TbWire, BuiltEvents) {
     same_as_protobuf(events[i], tally, "built event " + std::to_string(i));
   EXPECT_GT(tally.accepted, 60u);
   EXPECT_GT(tally.rejected, 15u);
+}
+
+// The plain scalar record (wall_time, step, one value of a tag and a
+// simple_value, in that order: what writers make) has a path of its own in
+// decode_event. Steps of every varint width (1-3 bytes unrolled, more in a
+// loop, 10 for a negative one), tags of 0-127 bytes (lengths at the one-byte
+// limit), and every such record cut short or with a byte added: each read
+// as protobuf reads it.
+TEST(TbWire, PlainScalarRecords) {
+  Tally tally;
+  const std::int64_t steps[] = {0, 1, 127, 128, 16383, 16384, (1 << 21) - 1, 1 << 21, 1 << 28,
+                                std::int64_t{1} << 35, std::int64_t{1} << 62, INT64_MAX, -1, INT64_MIN};
+  for (const std::int64_t step : steps)
+    for (const std::size_t tag_size : {0, 1, 9, 100, 110, 111, 112, 113, 127}) {
+      vigil::tb::Event e;
+      e.set_wall_time(1716735746.25 + static_cast<double>(step));
+      e.set_step(step);
+      auto* v = e.mutable_summary()->add_value();
+      v->set_tag(std::string(tag_size, 'a'));
+      v->set_simple_value(0.125f);
+      const std::string data = e.SerializeAsString();
+      const std::string what = "step " + std::to_string(step) + ", tag of " + std::to_string(tag_size);
+      same_as_protobuf(data, tally, what);
+      for (std::size_t cut = 0; cut < data.size(); ++cut) same_as_protobuf(data.substr(0, cut), tally, what + ", cut");
+      same_as_protobuf(data + '\x00', tally, what + ", a byte more");
+      same_as_protobuf(data + "\x15\x00\x00\x80\x3f", tally, what + ", a second simple_value");
+    }
+  EXPECT_GT(tally.accepted, 200u);
+  EXPECT_GT(tally.rejected, 1000u);
 }
 
 // Seeded mutations of the built events and of the Lightning run's records:
