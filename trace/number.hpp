@@ -4,7 +4,6 @@
 // replaced.
 #pragma once
 
-#include <bit>
 #include <cstdint>
 #include <limits>
 #include <string_view>
