@@ -737,8 +737,8 @@ void BM_Window(benchmark::State& state, const WindowCase* c) {
 // BM_WindowTrace/<case>: the replay issue 14 measured (`rulecheck run` over a
 // 100,000-step JSONL trace): the same trace written once to a JSONL file, read
 // in every iteration with open_jsonl (the reader rulecheck uses) and fed to an
-// engine the way rulecheck's Replay does: each observation's keys looked up in
-// a map of the keys seen so far, a key interned with the engine once. The
+// engine the way rulecheck's Replay does: read keyed, each new key id of the
+// reader interned with the engine once. The
 // ratio against BM_WindowTrace/threshold is the issue's measure: reading and
 // parsing cost the same for every rule, a window's cost is what it adds.
 
@@ -780,24 +780,24 @@ const WindowTraceFile& window_trace_file() {
 
 /// Replays the JSONL trace through `program`; calls `each(step, firings)` per
 /// observation. Returns the number of observations read (dies on damage).
+/// Read keyed, as rulecheck's Replay reads: each new key id of the reader
+/// mapped to the engine's series once, no name looked up per sample.
 template <class Each>
 std::size_t replay_window_jsonl(const vigil::Program& program, Each each) {
   vigil::Engine engine(program, record_options());
   vigil::TraceError error;
   auto reader = vigil::open_jsonl(window_trace_file().path(), error);
   if (!reader) die(error.format());
-  std::unordered_map<std::string, std::optional<vigil::SeriesId>> ids;
+  std::vector<std::optional<vigil::SeriesId>> ids;
   std::vector<vigil::Sample> samples;
-  vigil::Observation obs;
+  vigil::KeyedObservation obs;
   std::size_t n = 0;
-  while (reader->next(obs)) {
+  while (reader->next_keyed(obs)) {
+    while (ids.size() < reader->key_count()) ids.push_back(engine.series(reader->key_name(ids.size())));
     samples.clear();
-    for (const auto& [key, value] : obs.values) {
-      auto it = ids.find(key);
-      if (it == ids.end()) it = ids.emplace(key, engine.series(key)).first;
-      if (it->second) samples.push_back({*it->second, value});
-    }
-    each(obs.step, engine.observe(obs.step, samples, {.mode = obs.mode, .time = obs.time}));
+    for (const auto& s : obs.values)
+      if (const auto& id = ids[s.key]) samples.push_back({*id, s.value});
+    each(obs.step, engine.observe(obs.step, samples, {.mode = reader->mode_name(obs.mode), .time = obs.time}));
     ++n;
   }
   if (reader->error()) die(reader->error()->format());
