@@ -54,7 +54,12 @@ DoubleDouble fast_two_sum(double a, double b) {
 /// code is built for any x86-64), so Dekker's product is used wherever its
 /// splits cannot overflow and the error term cannot underflow: the same
 /// exact e, so the same bits as fma.
-DoubleDouble two_prod(double a, double b) {
+/// The rare path out of line: inlined, two_prod is a few flops on the
+/// running windows' per-sample path (a call and the libm fma were half of it).
+[[gnu::noinline]] DoubleDouble two_prod_fma(double a, double b, double p) {
+  return {p, std::fma(a, b, -p)};
+}
+[[gnu::always_inline]] inline DoubleDouble two_prod(double a, double b) {
   const double p = a * b;
   const double ap = std::abs(p);
   if (std::abs(a) < 0x1p900 && std::abs(b) < 0x1p900 && ap > 0x1p-900 && ap < 0x1p900) [[likely]] {
@@ -64,7 +69,7 @@ DoubleDouble two_prod(double a, double b) {
     const double bh = cb - (cb - b), bl = b - bh;
     return {p, ((ah * bh - p) + ah * bl + al * bh) + al * bl};
   }
-  return {p, std::fma(a, b, -p)};
+  return two_prod_fma(a, b, p);
 }
 DoubleDouble dd_mul(DoubleDouble a, DoubleDouble b) {
   DoubleDouble p = two_prod(a.hi, b.hi);
@@ -151,62 +156,83 @@ RunKind running_kind(const stdlib::FunctionDef& fn) {
 
 namespace {
 
-/// Re-seeds an approximation that needs it (ApproxSum::stale): O(1), a
-/// canonical read of the exact sum.
-void refresh(ApproxSum& a, ExactSum& s) {
-  if (a.stale()) [[unlikely]]
-    a.seed(s);
+/// Where a read-out finds its sums: the approximations, and the exact sums,
+/// maintained or made exact on demand (a RunningWindow's make_exact; a
+/// gathered window's are always exact: no window).
+struct Source {
+  ExactSum* sums;
+  ApproxSum* approx;
+  RunningWindow* w = nullptr;
+  const History* h = nullptr;
+  [[nodiscard]] bool live(int i) const { return w == nullptr || w->exact_live(i); }
+  ExactSum& exact(int i) {
+    if (w != nullptr) w->make_exact(i, *h);
+    return sums[i];
+  }
+};
+
+/// Re-seeds an approximation that needs it: every ApproxSum::reseed_after
+/// additions while its exact sum is maintained (O(1)); otherwise only when
+/// the bound's own rounding needs it (2^30 additions, O(W) then). Without a
+/// re-seed err keeps growing (~2^-105 of the sum per addition) until a
+/// read-out cannot be decided, which re-seeds it.
+void refresh(Source& src, int i) {
+  ApproxSum& a = src.approx[i];
+  if (a.ops >= (1U << 30)) [[unlikely]]
+    a.seed(src.exact(i));
+  else if (a.stale() && src.live(i)) [[unlikely]]
+    a.seed(src.sums[i]);
 }
 
 /// RN(n·S2 - S1²): from the approximations when their bound decides it,
 /// else exactly from the sums (counted in `exact`; the approximations are
 /// re-seeded, so an undecided read-out caused by their drift is not repeated).
-double n2_moment(ExactSum& sx, ExactSum& sxx, ApproxSum& ax, ApproxSum& axx, double n,
-                 std::uint64_t& exact) {
-  refresh(ax, sx);
-  refresh(axx, sxx);
-  if (const auto m = approx_n2_moment(ax, axx, n)) [[likely]]
+double n2_moment(Source& src, double n, std::uint64_t& exact) {
+  refresh(src, 0);
+  refresh(src, 1);
+  if (const auto m = approx_n2_moment(src.approx[0], src.approx[1], n)) [[likely]]
     return *m;
   ++exact;
-  ax.seed(sx);
-  axx.seed(sxx);
-  return exact_n2_moment(sx, sxx, n);
+  ExactSum& s1 = src.exact(0);
+  ExactSum& s2 = src.exact(1);
+  src.approx[0].seed(s1);
+  src.approx[1].seed(s2);
+  return exact_n2_moment(s1, s2, n);
 }
 
 /// The population variance RN(n·S2 - S1²) / (n·n) (S1 = Σx, S2 = Σx², exact),
 /// 0 when all samples are equal (as Welford gives). Where n·S2 - S1²
 /// overflows (samples near 1e150 in a window of more than ~13,000) it is
 /// Σx² - Σx·(Σx/n) in double-double instead, divided by n.
-double variance_of(ExactSum& sx, ExactSum& sxx, ApproxSum& ax, ApproxSum& axx, double n,
-                   bool all_equal, std::uint64_t& exact) {
+double variance_of(Source& src, double n, bool all_equal, std::uint64_t& exact) {
   if (all_equal) return 0;
-  const double m = n2_moment(sx, sxx, ax, axx, n, exact);
+  const double m = n2_moment(src, n, exact);
   if (std::isfinite(m)) [[likely]]
     return std::max(0.0, m) / (n * n);
-  const DoubleDouble m2 = centred(sxx.value_dd(), sx.value_dd(), n);
+  // An infinite RN came from the exact read-out: the sums are exact.
+  const DoubleDouble m2 = centred(src.sums[1].value_dd(), src.sums[0].value_dd(), n);
   return std::max(0.0, m2.hi + m2.lo) / n;
 }
 
 /// zscore over the window without its latest sample: RN(n·latest - S1) /
 /// sqrt(RN(n·S2 - S1²)), standardised's 0 and ±Inf cases kept.
-double zscore_of(ExactSum& sx, ExactSum& sxx, ApproxSum& ax, ApproxSum& axx, double n,
-                 bool all_equal, double latest, std::uint64_t& exact) {
-  refresh(ax, sx);
+double zscore_of(Source& src, double n, bool all_equal, double latest, std::uint64_t& exact) {
+  refresh(src, 0);
   double num;
-  if (const auto v = approx_n_deviation(ax, latest, n)) [[likely]] {
+  if (const auto v = approx_n_deviation(src.approx[0], latest, n)) [[likely]] {
     num = *v;
-  } else if (const auto f = sx.scaled_minus(latest, static_cast<std::uint64_t>(n))) {
+  } else if (const auto f = src.exact(0).scaled_minus(latest, static_cast<std::uint64_t>(n))) {
     num = *f;  // exact in the fast form: cheap (an exact midpoint is common here)
   } else {
     ++exact;
-    num = exact_n_deviation(sx, latest, n);
-    ax.seed(sx);
+    num = exact_n_deviation(src.exact(0), latest, n);
+    src.approx[0].seed(src.sums[0]);
   }
   if (all_equal) return standardised(num, 0);
-  const double m = n2_moment(sx, sxx, ax, axx, n, exact);
+  const double m = n2_moment(src, n, exact);
   if (std::isfinite(m)) [[likely]]
     return standardised(num, std::sqrt(std::max(0.0, m)));
-  const DoubleDouble m2 = centred(sxx.value_dd(), sx.value_dd(), n);
+  const DoubleDouble m2 = centred(src.sums[1].value_dd(), src.sums[0].value_dd(), n);
   return standardised(num / n, std::sqrt(std::max(0.0, m2.hi + m2.lo) / n));
 }
 
@@ -214,18 +240,19 @@ double zscore_of(ExactSum& sx, ExactSum& sxx, ApproxSum& ax, ApproxSum& axx, dou
 /// RN(n·Σdy - Σd·Σy) / RN(n·Σd² - (Σd)²) (the n's of the covariance and the
 /// variance cancelled). Both are invariant under a shift of the origin, so
 /// the value does not depend on which origin the window has.
-double slope_of(__int128 sd, __int128 sdd, ExactSum& sy, ExactSum& sdy, ApproxSum& ay,
-                ApproxSum& ady, double n, std::uint64_t& exact) {
-  refresh(ay, sy);
-  refresh(ady, sdy);
+double slope_of(__int128 sd, __int128 sdd, Source& src, double n, std::uint64_t& exact) {
+  refresh(src, 0);
+  refresh(src, 1);
   double num;
-  if (const auto v = approx_slope_numerator(sd, ay, ady, n)) [[likely]] {
+  if (const auto v = approx_slope_numerator(sd, src.approx[0], src.approx[1], n)) [[likely]] {
     num = *v;
   } else {
     ++exact;
+    ExactSum& sy = src.exact(0);
+    ExactSum& sdy = src.exact(1);
     num = exact_slope_numerator(sd, sy, sdy, n);
-    ay.seed(sy);
-    ady.seed(sdy);
+    src.approx[0].seed(sy);
+    src.approx[1].seed(sdy);
   }
   return num / exact_slope_denominator(sd, sdd, n);
 }
@@ -1424,6 +1451,13 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
     s.track(kind == RunKind::sum || kind == RunKind::mean);
   }
   for (auto& a : approx_) a.clear();
+  // var/std/slope follow their sums by the approximations alone (the exact
+  // sums are rebuilt from the window when a read-out needs them); zscore
+  // keeps Σx exact (its numerator); sum/mean keep theirs (their read-out).
+  const bool moments = kind == RunKind::var || kind == RunKind::std_dev || kind == RunKind::slope;
+  live_[0] = !moments;
+  live_[1] = kind != RunKind::zscore && !moments;
+  keep_exact_ = exact_before_ = false;
   deque_.clear();
   // The heaps keep their capacity: clear() then re-inserting allocates nothing.
   for (auto& s : split_) s.clear();
@@ -1442,6 +1476,27 @@ bool RunningWindow::recentre_slope(const History& h) {
     return false;
   // d' = d - delta over the n samples in the sums: Σd' = Σd - n·delta,
   // Σd'² = Σd² - 2·delta·Σd + n·delta², Σd'y = Σdy - delta·Σy (exact).
+  if (!live_[0] || !live_[1]) {
+    // The exact sums are not maintained: Σd, Σd² and the approximation of
+    // Σd·y afresh from the window (O(W) once per two window lengths:
+    // amortised O(1); the exact sums, rebuilt on demand, use the new origin).
+    k0_ = k0;
+    sd_ = sdd_ = 0;
+    approx_[1].clear();
+    for (std::uint64_t k = lo_; k < hi_; ++k) {
+      const std::size_t p = h.phys(k);
+      const double v = h.value[p];
+      if (std::isnan(v) || !(std::abs(v) <= special_above)) continue;
+      const std::int64_t d = h.step[p] - k0;  // within 2^40: checked above
+      sd_ += d;
+      sdd_ += static_cast<__int128>(d) * d;
+      const DoubleDouble pr = two_prod(static_cast<double>(d), v);
+      approx_[1].add2(pr.hi, pr.lo);
+    }
+    removed_ = 0;
+    live_[1] = false;  // Σd·y (if it was exact) is for the old origin
+    return true;
+  }
   if (!sums_[1].add_scaled(sums_[0], -delta)) return false;
   const auto n = static_cast<__int128>(hi_ - lo_) - nans_ - specials_;
   const auto dl = static_cast<__int128>(delta);
@@ -1451,6 +1506,46 @@ bool RunningWindow::recentre_slope(const History& h) {
   removed_ = 0;
   approx_[1].seed(sums_[1]);  // Σdy changed (exactly)
   return true;
+}
+
+void RunningWindow::make_exact(int i, const History& h) {
+  needed_hi_ = hi_;  // see relax_exact
+  if (live_[i]) return;
+  if (!exact_before_ || rebuilt_hi_ != hi_) {  // not the same read-out's other sum
+    // A second on-demand rebuild within a window length: this window's
+    // read-outs keep needing the exact sums; maintain them from now on.
+    if (exact_before_ && hi_ - rebuilt_hi_ < std::max<std::uint64_t>(64, hi_ - lo_)) keep_exact_ = true;
+    ++exact_rebuilds_;
+    exact_before_ = true;
+    rebuilt_hi_ = hi_;
+  }
+  ExactSum& s = sums_[static_cast<std::size_t>(i)];
+  s.clear();
+  for (std::uint64_t k = lo_; k < hi_; ++k) {
+    const std::size_t p = h.phys(k);
+    const double v = h.value[p];
+    if (std::isnan(v) || !(std::abs(v) <= special_above)) continue;
+    if (kind_ == RunKind::slope) {
+      std::int64_t d;
+      if (__builtin_sub_overflow(h.step[p], k0_, &d) || d <= -wide_step || d >= wide_step) continue;
+      if (i == 0) s.add(v);
+      else s.add_product(d, v);
+    } else {
+      if (i == 0) s.add(v);
+      else s.add_square(v);
+    }
+  }
+  live_[i] = keep_exact_;
+}
+
+void RunningWindow::relax_exact() {
+  // Maintained since the guard tripped, and not needed for four window
+  // lengths: the hard stretch has passed, back to the approximations.
+  if (hi_ - needed_hi_ <= 4 * std::max<std::uint64_t>(64, hi_ - lo_)) return;
+  keep_exact_ = exact_before_ = false;
+  const bool zscore = kind_ == RunKind::zscore;
+  live_[0] = zscore;
+  live_[1] = false;
 }
 
 template <bool Add>
@@ -1513,14 +1608,16 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
     case RunKind::std_dev:
     case RunKind::zscore:
       if (!special) {
-        put(sums_[0], v);
+        if (live_[0]) put(sums_[0], v);
+        if (live_[1]) {
+          if constexpr (Add) sums_[1].add_square(v);
+          else sums_[1].remove_square(v);
+        }
         const DoubleDouble sq = two_prod(v, v);
         if constexpr (Add) {
-          sums_[1].add_square(v);
           approx_[0].add(v);
           approx_[1].add2(sq.hi, sq.lo);
         } else {
-          sums_[1].remove_square(v);
           approx_[0].add(-v);
           approx_[1].add2(-sq.hi, -sq.lo);
         }
@@ -1533,16 +1630,18 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
           wide_ += sign;
           break;
         }
-        put(sums_[0], v);
         sd_ += sign * d;
         sdd_ += sign * (static_cast<__int128>(d) * d);
+        if (live_[0]) put(sums_[0], v);
+        if (live_[1]) {
+          if constexpr (Add) sums_[1].add_product(d, v);
+          else sums_[1].remove_product(d, v);
+        }
         const DoubleDouble p = two_prod(static_cast<double>(d), v);
         if constexpr (Add) {
-          sums_[1].add_product(d, v);
           approx_[0].add(v);
           approx_[1].add2(p.hi, p.lo);
         } else {
-          sums_[1].remove_product(d, v);
           approx_[0].add(-v);
           approx_[1].add2(-p.hi, -p.lo);
         }
@@ -1580,6 +1679,8 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     if (kind == RunKind::min || kind == RunKind::max) deque_.expire(lo);
     if (recentre && !recentre_slope(h)) rebuild(kind, h, lo, end);
   }
+  if (keep_exact_) [[unlikely]]
+    relax_exact();
   // Read only by the kinds that need it (a load and an index computation
   // the others should not pay for).
   auto newest = [&] { return h.value[h.phys(hi - 1)]; };
@@ -1601,8 +1702,8 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     case RunKind::std_dev: {
       if (nans_) return nan;
       if (specials_) return std::nullopt;
-      const double var =
-          variance_of(sums_[0], sums_[1], approx_[0], approx_[1], n, vchange_ <= lo_, exact_readouts_);
+      Source src{sums_.data(), approx_, this, &h};
+      const double var = variance_of(src, n, vchange_ <= lo_, exact_readouts_);
       return kind == RunKind::var ? var : std::sqrt(var);
     }
     case RunKind::median: return nans_ ? nan : split_[0].quantile(0.5, lo_, h);
@@ -1620,15 +1721,18 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       if (nans_) return nan;
       if (specials_ || wide_) return std::nullopt;
       if (schange_ <= lo_) return nan;  // one step: no line
-      return slope_of(sd_, sdd_, sums_[0], sums_[1], approx_[0], approx_[1], n, exact_readouts_);
+      {
+        Source src{sums_.data(), approx_, this, &h};
+        return slope_of(sd_, sdd_, src, n, exact_readouts_);
+      }
     case RunKind::changes: return static_cast<double>(changes_);
     case RunKind::any_nan: return nans_ ? 1 : 0;
     case RunKind::zscore: {
       const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
       if (specials_ || !(std::abs(latest) <= special_above)) return std::nullopt;
-      return zscore_of(sums_[0], sums_[1], approx_[0], approx_[1], n, vchange_ <= lo_, latest,
-                       exact_readouts_);
+      Source src{sums_.data(), approx_, this, &h};
+      return zscore_of(src, n, vchange_ <= lo_, latest, exact_readouts_);
     }
     case RunKind::iqr_outlier: {
       const double latest = newest();
@@ -1655,8 +1759,11 @@ std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w) {
     if (std::isnan(w.values[i])) return nan;
   for (std::size_t i = 0; i < w.n; ++i)
     if (!(std::abs(w.values[i]) <= special_above)) return std::nullopt;  // the kernel's
-  ExactSum a, b;
-  ApproxSum aa, ab;  // seeded from a and b: the running windows' read-outs
+  ExactSum ab_sums[2];
+  ExactSum& a = ab_sums[0];
+  ExactSum& b = ab_sums[1];
+  ApproxSum approx[2];  // seeded from a and b: the running windows' read-outs
+  Source src{ab_sums, approx};
   std::uint64_t exact = 0;
   bool all_equal = true, one_step = true;
   for (std::size_t i = 0; i < n; ++i) {
@@ -1676,10 +1783,10 @@ std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w) {
         a.add(w.values[i]);
         b.add_square(w.values[i]);
       }
-      aa.seed(a);
-      ab.seed(b);
-      if (kind == RunKind::zscore) return zscore_of(a, b, aa, ab, dn, all_equal, w.values[w.n - 1], exact);
-      const double var = variance_of(a, b, aa, ab, dn, all_equal, exact);
+      approx[0].seed(a);
+      approx[1].seed(b);
+      if (kind == RunKind::zscore) return zscore_of(src, dn, all_equal, w.values[w.n - 1], exact);
+      const double var = variance_of(src, dn, all_equal, exact);
       return kind == RunKind::var ? var : std::sqrt(var);
     }
     case RunKind::slope: {
@@ -1694,9 +1801,9 @@ std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w) {
         a.add(w.values[i]);
         b.add_product(d, w.values[i]);
       }
-      aa.seed(a);
-      ab.seed(b);
-      return slope_of(sd, sdd, a, b, aa, ab, dn, exact);
+      approx[0].seed(a);
+      approx[1].seed(b);
+      return slope_of(sd, sdd, src, dn, exact);
     }
     default: return std::nullopt;
   }

@@ -284,6 +284,20 @@ class RunningWindow {
   /// running approximations and read the exact sums (tests: rare, and taken
   /// on constructed near-midpoint windows).
   [[nodiscard]] std::uint64_t exact_readouts() const { return exact_readouts_; }
+  /// Times an exact sum that was not maintained was rebuilt from the window
+  /// (O(W)) for an exact read-out (tests: rare; at most twice before the
+  /// sums are maintained again, see make_exact).
+  [[nodiscard]] std::uint64_t exact_rebuilds() const { return exact_rebuilds_; }
+  /// Whether sums_[i] follows the window exactly (else only its
+  /// approximation does, and make_exact rebuilds it on demand).
+  [[nodiscard]] bool exact_live(int i) const { return live_[i]; }
+  /// Makes sums_[i] the window's exact sum: nothing if it is maintained,
+  /// else a rebuild from the window's samples in `h` (O(W)). A second such
+  /// rebuild within one window length of the previous one (a window whose
+  /// read-outs the approximations keep failing to decide: cancellation,
+  /// tiny values) makes the sums maintained again, until no read-out has
+  /// needed them for four window lengths.
+  void make_exact(int i, const History& h);
 
  private:
   struct Entry {
@@ -369,6 +383,9 @@ class RunningWindow {
   /// exact integer and ExactSum arithmetic (the same sums a rebuild would
   /// make); false when it cannot (a wide or unsorted window: rebuild).
   bool recentre_slope(const History& h);
+  /// Stops maintaining the exact sums again (keep_exact_) once no read-out
+  /// has needed them for four window lengths.
+  void relax_exact();
   /// Values held by the order statistics (NaN aside).
   [[nodiscard]] std::size_t sorted_values() const { return split_[0].size(); }
   /// Room in the order statistics of `kind` (if any) for `values` values.
@@ -395,7 +412,14 @@ class RunningWindow {
   __int128 sd_ = 0, sdd_ = 0;
   std::vector<ExactSum> sums_;  // per kind: see window_state.cpp
   ApproxSum approx_[2];         // var/std/zscore, slope: sums_[0], sums_[1] approximated
-  std::uint64_t exact_readouts_ = 0;
+  std::uint64_t exact_readouts_ = 0, exact_rebuilds_ = 0;
+  // var/std/zscore/slope: which exact sums are maintained (zscore keeps Σx:
+  // its numerator is often an exact midpoint, read exactly in O(1)).
+  bool live_[2] = {true, true};
+  bool keep_exact_ = false;       // the guard tripped: maintain them again
+  bool exact_before_ = false;     // an on-demand rebuild happened since the last rebuild
+  std::uint64_t rebuilt_hi_ = 0;  // hi_ at the last on-demand rebuild
+  std::uint64_t needed_hi_ = 0;   // hi_ when a read-out last needed the exact sums
   Deque deque_;
   RankSplit split_[2];  // median/quantile: [0]; iqr_outlier: q1 [0], q3 [1]
 };

@@ -11,7 +11,10 @@
 //    windows of scaled integers, so both are the correctly rounded value;
 // 3. the fast path decides on ordinary metric windows (it is not vacuous);
 // 4. a RunningWindow takes the exact read-out on a midpoint window (and
-//    rounds it to even), and not on a metric's;
+//    rounds it to even), rebuilding its exact sums from the window (they
+//    are not maintained), and not on a metric's; on a window that cancels
+//    beyond double-double, where every read-out is exact, it maintains
+//    its exact sums again after two rebuilds;
 // 5. a sliding RunningWindow's var/zscore/slope equal running_value_of's
 //    (a fresh recompute with its own origin step) bit for bit: slope is
 //    invariant under the origin's moves.
@@ -202,6 +205,7 @@ TEST(MomentReadOut, MidpointWindowTakesTheExactReadOutAndRoundsToEven) {
   ASSERT_TRUE(var.has_value());
   EXPECT_TRUE(same_bits(*var, rn / 4)) << fmt(*var) << " vs " << fmt(rn / 4);
   EXPECT_EQ(d.run.exact_readouts(), 1u);
+  EXPECT_EQ(d.run.exact_rebuilds(), 1u);  // the sums were not maintained: rebuilt once
   // The gathered recompute gives the same bits.
   const double vals[] = {0, c};
   const std::int64_t steps[] = {0, 1};
@@ -230,8 +234,45 @@ TEST(MomentReadOut, MetricWindowsStayOnTheFastPath) {
     // slope: its numerator's exact midpoints (few here: long windows of
     // large steps make it wide) take the multi-word read-out.
     EXPECT_LE(d.run.exact_readouts(), kind == RunKind::slope ? 20u : 0u) << static_cast<int>(kind);
+    EXPECT_EQ(d.run.exact_rebuilds(), d.run.exact_readouts());
     EXPECT_EQ(d.run.rebuilds(), 0u);
+    // The exact sums are not maintained (zscore keeps Σx for its numerator).
+    EXPECT_EQ(d.run.exact_live(0), kind == RunKind::zscore);
+    EXPECT_FALSE(d.run.exact_live(1));
   }
+}
+
+// A hard stretch (1e6 ± 1e-3: every read-out exact, the sums maintained
+// after two rebuilds) followed by a metric's values: four window lengths
+// after the last exact read-out the window stops maintaining them again.
+TEST(MomentReadOut, MaintainedSumsAreDroppedAfterTheHardStretch) {
+  Driver d;
+  Rng next{99};
+  std::vector<double> vals;
+  std::vector<std::int64_t> steps;
+  const double consts[] = {0};
+  constexpr std::uint64_t w = 300;
+  bool was_live = false;
+  for (int i = 0; i < 6000; ++i) {
+    const double x = value(next, i < 2000 ? 0 : 5, 0);
+    vals.push_back(x);
+    steps.push_back(i);
+    d.h.put(x, i, static_cast<double>(i), 0);
+    const auto hi = static_cast<std::uint64_t>(i) + 1;
+    const std::uint64_t lo = hi > w ? hi - w : 0;
+    if (hi - lo < 2) continue;
+    const auto got = d.run.update(RunKind::var, d.h, lo, hi, consts);
+    ASSERT_TRUE(got.has_value());
+    std::vector<double> scratch(2 * (hi - lo));
+    const auto want = vigil::interp::running_value_of(
+        RunKind::var, {vals.data() + lo, steps.data() + lo, static_cast<std::size_t>(hi - lo), scratch.data()});
+    ASSERT_TRUE(same_bits(*got, *want)) << "at " << i;
+    if (i == 1999) was_live = d.run.exact_live(1);
+  }
+  EXPECT_TRUE(was_live);
+  EXPECT_FALSE(d.run.exact_live(0));
+  EXPECT_FALSE(d.run.exact_live(1));
+  EXPECT_LE(d.run.exact_rebuilds(), 3u);
 }
 
 // A sliding RunningWindow (slope: its origin step moves every two window
@@ -267,6 +308,14 @@ TEST(MomentReadOut, SlidingValuesEqualAFreshRecomputeBitForBit) {
         ASSERT_TRUE(same_bits(*got, *want)) << "at " << i << ": " << fmt(*got) << " vs " << fmt(*want);
       }
       EXPECT_EQ(d.run.rebuilds(), 0u);
+      if (style == 0 && kind != RunKind::slope) {
+        // 1e6 ± 1e-3: n·S2 - S1² cancels beyond double-double's reach, so
+        // every read-out is exact; after two on-demand rebuilds within a
+        // window the exact sums are maintained again (not O(W) each time).
+        EXPECT_GT(d.run.exact_readouts(), 2000u);
+        EXPECT_LE(d.run.exact_rebuilds(), 2u);
+        EXPECT_TRUE(d.run.exact_live(1));
+      }
     }
   }
 }
