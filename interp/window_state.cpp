@@ -41,12 +41,12 @@ std::size_t sums_for(RunKind k) {
 
 // ---- double-double arithmetic (Dekker / Knuth) -----------------------------
 
-DoubleDouble two_sum(double a, double b) {
+[[gnu::always_inline]] inline DoubleDouble two_sum(double a, double b) {
   const double s = a + b;
   const double bb = s - a;
   return {s, (a - (s - bb)) + (b - bb)};
 }
-DoubleDouble fast_two_sum(double a, double b) {
+[[gnu::always_inline]] inline DoubleDouble fast_two_sum(double a, double b) {
   const double s = a + b;
   return {s, b - (s - a)};
 }
@@ -71,7 +71,7 @@ DoubleDouble fast_two_sum(double a, double b) {
   }
   return two_prod_fma(a, b, p);
 }
-DoubleDouble dd_mul(DoubleDouble a, DoubleDouble b) {
+[[gnu::always_inline]] inline DoubleDouble dd_mul(DoubleDouble a, DoubleDouble b) {
   DoubleDouble p = two_prod(a.hi, b.hi);
   p.lo += a.hi * b.lo + a.lo * b.hi;
   return fast_two_sum(p.hi, p.lo);
@@ -90,7 +90,7 @@ DoubleDouble dd_sub(DoubleDouble a, DoubleDouble b) {
   return fast_two_sum(s.hi, s.lo);
 }
 /// a·n, n a positive integer below 2^53 (exact as a double).
-DoubleDouble dd_scale(DoubleDouble a, double n) {
+[[gnu::always_inline]] inline DoubleDouble dd_scale(DoubleDouble a, double n) {
   DoubleDouble p = two_prod(a.hi, n);
   p.lo += a.lo * n;
   return fast_two_sum(p.hi, p.lo);
@@ -176,7 +176,7 @@ struct Source {
 /// the bound's own rounding needs it (2^30 additions, O(W) then). Without a
 /// re-seed err keeps growing (~2^-105 of the sum per addition) until a
 /// read-out cannot be decided, which re-seeds it.
-void refresh(Source& src, int i) {
+[[gnu::always_inline]] inline void refresh(Source& src, int i) {
   ApproxSum& a = src.approx[i];
   if (a.ops >= (1U << 30)) [[unlikely]]
     a.seed(src.exact(i));
@@ -877,26 +877,31 @@ std::optional<double> ExactSum::scaled_minus(double x, std::uint64_t n) const {
 
 // ---- ApproxSum ------------------------------------------------------------------
 
-void ApproxSum::add(double x) {
-  const DoubleDouble s = two_sum(hi, x);  // exact
-  const double w = s.lo + lo;             // the one rounding: <= 2^-53 |w|
+namespace {
+// The bodies of ApproxSum::add/add2, inlined into the running windows' moves.
+[[gnu::always_inline]] inline void approx_add(ApproxSum& a, double x) {
+  const DoubleDouble s = two_sum(a.hi, x);  // exact
+  const double w = s.lo + a.lo;             // the one rounding: <= 2^-53 |w|
   const DoubleDouble r = two_sum(s.hi, w);
-  hi = r.hi;
-  lo = r.lo;
-  err += std::abs(w) * 0x1p-52;
-  ++ops;
+  a.hi = r.hi;
+  a.lo = r.lo;
+  a.err += std::abs(w) * 0x1p-52;
+  ++a.ops;
 }
-
-void ApproxSum::add2(double p, double e) {
-  const DoubleDouble s = two_sum(hi, p);
-  const double w1 = s.lo + lo;  // <= 2^-53 |w1|
-  const double w2 = w1 + e;     // <= 2^-53 |w2|
+[[gnu::always_inline]] inline void approx_add2(ApproxSum& a, double p, double e) {
+  const DoubleDouble s = two_sum(a.hi, p);
+  const double w1 = s.lo + a.lo;  // <= 2^-53 |w1|
+  const double w2 = w1 + e;       // <= 2^-53 |w2|
   const DoubleDouble r = two_sum(s.hi, w2);
-  hi = r.hi;
-  lo = r.lo;
-  err += (std::abs(w1) + std::abs(w2)) * 0x1p-52;
-  ++ops;
+  a.hi = r.hi;
+  a.lo = r.lo;
+  a.err += (std::abs(w1) + std::abs(w2)) * 0x1p-52;
+  ++a.ops;
 }
+}  // namespace
+
+void ApproxSum::add(double x) { approx_add(*this, x); }
+void ApproxSum::add2(double p, double e) { approx_add2(*this, p, e); }
 
 void ApproxSum::seed(ExactSum& s) {
   const DoubleDouble dd = s.value_dd();
@@ -928,7 +933,7 @@ double widen(double e) { return e * (1 + 0x1p-20) + 0x1p-1000; }
 /// neighbours (where ties-to-even decides): strictly inside, no tie can
 /// occur. The smaller of the two gaps is used (hi a power of two has a
 /// half-size gap below). Tiny or non-finite values are left undecided.
-std::optional<double> decided(DoubleDouble m, double err) {
+[[gnu::always_inline]] inline std::optional<double> decided(DoubleDouble m, double err) {
   const double ah = std::abs(m.hi);
   if (!(ah >= 0x1p-900 && ah <= 0x1p1000)) return std::nullopt;
   std::uint64_t bits;
@@ -944,7 +949,7 @@ std::optional<double> decided(DoubleDouble m, double err) {
 
 /// a - b in double-double, the final normalisation by two_sum (exact for
 /// any magnitudes, as cancellation can leave the low part the larger).
-DoubleDouble dd_sub_exact(DoubleDouble a, DoubleDouble b) {
+[[gnu::always_inline]] inline DoubleDouble dd_sub_exact(DoubleDouble a, DoubleDouble b) {
   DoubleDouble s = two_sum(a.hi, -b.hi);
   s.lo += a.lo - b.lo;
   return two_sum(s.hi, s.lo);
@@ -1615,11 +1620,11 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
         }
         const DoubleDouble sq = two_prod(v, v);
         if constexpr (Add) {
-          approx_[0].add(v);
-          approx_[1].add2(sq.hi, sq.lo);
+          approx_add(approx_[0], v);
+          approx_add2(approx_[1], sq.hi, sq.lo);
         } else {
-          approx_[0].add(-v);
-          approx_[1].add2(-sq.hi, -sq.lo);
+          approx_add(approx_[0], -v);
+          approx_add2(approx_[1], -sq.hi, -sq.lo);
         }
       }
       break;
@@ -1639,11 +1644,11 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
         }
         const DoubleDouble p = two_prod(static_cast<double>(d), v);
         if constexpr (Add) {
-          approx_[0].add(v);
-          approx_[1].add2(p.hi, p.lo);
+          approx_add(approx_[0], v);
+          approx_add2(approx_[1], p.hi, p.lo);
         } else {
-          approx_[0].add(-v);
-          approx_[1].add2(-p.hi, -p.lo);
+          approx_add(approx_[0], -v);
+          approx_add2(approx_[1], -p.hi, -p.lo);
         }
       }
       break;
