@@ -1198,10 +1198,13 @@ double exact_slope_numerator(__int128 sd, ExactSum& sy, ExactSum& sdy, double n)
 }
 
 double exact_slope_denominator(__int128 sd, __int128 sdd, double n) {
-  const auto un = static_cast<__int128>(n);
   if (n < 0x1p32 && sdd < (static_cast<__int128>(1) << 95) &&
-      (sd < 0 ? -sd : sd) < (static_cast<__int128>(1) << 63))
-    return static_cast<double>(un * sdd - sd * sd);  // libgcc's conversion rounds to nearest even
+      (sd < 0 ? -sd : sd) < (static_cast<__int128>(1) << 63)) {
+    // Through int64 and round_u128: the double <-> int128 conversions are
+    // library calls. n·Σd² >= (Σd)² (Cauchy-Schwarz).
+    const __int128 d = static_cast<__int128>(static_cast<std::int64_t>(n)) * sdd - sd * sd;
+    return d > 0 ? round_u128(static_cast<unsigned __int128>(d)) : 0.0;
+  }
   Big d, dd, nb, left, right, out;
   big_from(d, static_cast<unsigned __int128>(sd < 0 ? -sd : sd), sd < 0, 0);
   big_from(dd, static_cast<unsigned __int128>(sdd), false, 0);

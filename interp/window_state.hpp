@@ -14,15 +14,15 @@
 // samples is exact and the sum read back is the correctly rounded sum of the
 // window, whatever the order of additions and removals. Everything a
 // RunningWindow returns is therefore a function of the window's samples
-// alone (slope aside, below): rebuilding it from the window (after
-// restore_state, after a window moved backwards, after samples it needed
-// were evicted) gives bit-identical values, and checkpoint/resume stays
-// exact without saving it. var/std/zscore/slope combine the exact sums in
-// double-double arithmetic (about 2^-100 relative to the sums of squares
-// before cancellation): see docs/performance.md for the bound. slope
-// measures steps from an origin step re-chosen as the window moves (so that
-// nanosecond steps keep their precision): its value after a rebuild agrees
-// to that double-double precision, not necessarily to the last bit.
+// alone: rebuilding it from the window (after restore_state, after a window
+// moved backwards, after samples it needed were evicted) gives bit-identical
+// values, and checkpoint/resume stays exact without saving it.
+// var/std/zscore/slope are correctly rounded functions of exact sums
+// (RN(n·Σx² - (Σx)²) and the like; slope's are invariant under its origin
+// step's moves), read from running double-double approximations with a
+// rigorous error bound whenever the bound decides the rounding, and from
+// the exact sums -- rebuilt from the window on demand, O(W), when they are
+// not maintained -- otherwise: see docs/performance.md.
 //
 // Where a running window does not apply, value() returns nullopt and the
 // executor recomputes from the window: windows that are not a contiguous run
