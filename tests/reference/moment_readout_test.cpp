@@ -7,8 +7,9 @@
 //    for bit, on windows built to be hard (cancellation 1e6 ± 1e-3, all
 //    equal but one, ties, magnitudes from 1e-300 to 1e100, windows of
 //    integers whose n·S2 - S1² is an exact midpoint between two doubles);
-// 2. the exact read-out against an independent exact oracle (int128) on
-//    windows of scaled integers, so both are the correctly rounded value;
+// 2. the exact read-out against independent exact oracles (int128 on
+//    windows of scaled integers; an expanded exact sum on windows spanning
+//    1e-100..1e100), so both are the correctly rounded value;
 // 3. the fast path decides on ordinary metric windows (it is not vacuous);
 // 4. a RunningWindow takes the exact read-out on a midpoint window (and
 //    rounds it to even), rebuilding its exact sums from the window (they
@@ -178,6 +179,55 @@ RC_GTEST_PROP(MomentReadOut, FastPathIsTheExactOneBitForBit, ()) {
   }
   // On a metric's values the bound decides (nearly) every read-out.
   if (style == 5) RC_ASSERT(decided == asked);
+}
+
+// The exact read-outs on windows whose values span 1e-100..1e100 (the sums
+// in ExactSum's digits, the multi-word path with wide alignments), against
+// an oracle that never multiplies sums: each quantity expanded into terms
+// that are exact as two-product halves and summed exactly by another
+// ExactSum (correctly rounded: its own property above):
+//   n·S2 - S1² = Σi n·xi² - Σi Σj xi·xj,  n·latest - S1 = n·latest - Σi xi,
+//   n·Σdy - Σd·Σy = Σi (n·di - Σd)·yi.
+RC_GTEST_PROP(MomentReadOut, ExactReadOutMatchesAnExpandedExactSum, ()) {
+  const int n = *rc::gen::inRange(2, 30);
+  Rng next{*rc::gen::arbitrary<std::uint64_t>() | 1};
+  std::vector<double> x;
+  std::vector<std::int64_t> d;
+  for (int i = 0; i < n; ++i) {
+    const double m = 1 + next.uniform();
+    const double v = std::ldexp(m, static_cast<int>(next() % 660) - 330);  // 1e-100..1e100
+    x.push_back((next() & 1) ? v : -v);
+    d.push_back(static_cast<std::int64_t>(next() % 100000));
+  }
+  const double latest = x[next() % x.size()] * ((next() & 1) ? 1 : -3);
+  Sums s;
+  for (int i = 0; i < n; ++i) s.put(x[i], d[i], true);
+  const auto dn = static_cast<double>(n);
+  auto add_prod = [](ExactSum& acc, double a, double b, double sign) {
+    const double p = a * b, e = std::fma(a, b, -p);
+    acc.add(sign * p);
+    acc.add(sign * e);
+  };
+  ExactSum m, z, num;
+  std::int64_t sd = 0;
+  for (int i = 0; i < n; ++i) sd += d[i];
+  for (int i = 0; i < n; ++i) {
+    // n·xi²: xi² as exact halves, each times n as exact halves.
+    const double p = x[i] * x[i], e = std::fma(x[i], x[i], -p);
+    add_prod(m, dn, p, 1);
+    add_prod(m, dn, e, 1);
+    for (int j = 0; j < n; ++j) add_prod(m, x[i], x[j], -1);
+    z.add(-x[i]);
+    add_prod(num, static_cast<double>(n * d[i] - sd), x[i], 1);
+  }
+  add_prod(z, dn, latest, 1);
+  const double want_m = m.value(), want_z = z.value(), want_p = num.value();
+  const double got_m = vigil::interp::exact_n2_moment(s.s1, s.s2, dn);
+  const double got_z = vigil::interp::exact_n_deviation(s.s1, latest, dn);
+  const double got_p = vigil::interp::exact_slope_numerator(s.sd, s.s1, s.sp, dn);
+  if (!same_bits(got_m, want_m)) RC_FAIL("n·S2 - S1²: " + fmt(got_m) + " vs " + fmt(want_m));
+  if (!same_bits(got_z, want_z)) RC_FAIL("n·latest - S1: " + fmt(got_z) + " vs " + fmt(want_z));
+  if (!same_bits(got_p, want_p)) RC_FAIL("n·Σdy - Σd·Σy: " + fmt(got_p) + " vs " + fmt(want_p));
 }
 
 /// Drives a RunningWindow over `values` (steps 0, 1, ...) with a window of
