@@ -41,12 +41,12 @@ std::size_t sums_for(RunKind k) {
 
 // ---- double-double arithmetic (Dekker / Knuth) -----------------------------
 
-DoubleDouble two_sum(double a, double b) {
+[[gnu::always_inline]] inline DoubleDouble two_sum(double a, double b) {
   const double s = a + b;
   const double bb = s - a;
   return {s, (a - (s - bb)) + (b - bb)};
 }
-DoubleDouble fast_two_sum(double a, double b) {
+[[gnu::always_inline]] inline DoubleDouble fast_two_sum(double a, double b) {
   const double s = a + b;
   return {s, b - (s - a)};
 }
@@ -54,7 +54,12 @@ DoubleDouble fast_two_sum(double a, double b) {
 /// code is built for any x86-64), so Dekker's product is used wherever its
 /// splits cannot overflow and the error term cannot underflow: the same
 /// exact e, so the same bits as fma.
-DoubleDouble two_prod(double a, double b) {
+/// The rare path out of line: inlined, two_prod is a few flops on the
+/// running windows' per-sample path (a call and the libm fma were half of it).
+[[gnu::noinline]] DoubleDouble two_prod_fma(double a, double b, double p) {
+  return {p, std::fma(a, b, -p)};
+}
+[[gnu::always_inline]] inline DoubleDouble two_prod(double a, double b) {
   const double p = a * b;
   const double ap = std::abs(p);
   if (std::abs(a) < 0x1p900 && std::abs(b) < 0x1p900 && ap > 0x1p-900 && ap < 0x1p900) [[likely]] {
@@ -64,9 +69,9 @@ DoubleDouble two_prod(double a, double b) {
     const double bh = cb - (cb - b), bl = b - bh;
     return {p, ((ah * bh - p) + ah * bl + al * bh) + al * bl};
   }
-  return {p, std::fma(a, b, -p)};
+  return two_prod_fma(a, b, p);
 }
-DoubleDouble dd_mul(DoubleDouble a, DoubleDouble b) {
+[[gnu::always_inline]] inline DoubleDouble dd_mul(DoubleDouble a, DoubleDouble b) {
   DoubleDouble p = two_prod(a.hi, b.hi);
   p.lo += a.hi * b.lo + a.lo * b.hi;
   return fast_two_sum(p.hi, p.lo);
@@ -85,15 +90,10 @@ DoubleDouble dd_sub(DoubleDouble a, DoubleDouble b) {
   return fast_two_sum(s.hi, s.lo);
 }
 /// a·n, n a positive integer below 2^53 (exact as a double).
-DoubleDouble dd_scale(DoubleDouble a, double n) {
+[[gnu::always_inline]] inline DoubleDouble dd_scale(DoubleDouble a, double n) {
   DoubleDouble p = two_prod(a.hi, n);
   p.lo += a.lo * n;
   return fast_two_sum(p.hi, p.lo);
-}
-/// n·Σxy - Σx·Σy: n² times the population covariance (variance: x = y),
-/// without a division (the read-outs' latency is mostly divisions).
-DoubleDouble n_co_centred(DoubleDouble sxy, DoubleDouble sx, DoubleDouble sy, double n) {
-  return dd_sub(dd_scale(sxy, n), dd_mul(sx, sy));
 }
 /// Σx² - Σx·(Σx/n): n times the population variance, for windows where
 /// n·Σx² would overflow (samples near 1e150 over more than ~13,000
@@ -156,53 +156,105 @@ RunKind running_kind(const stdlib::FunctionDef& fn) {
 
 namespace {
 
-/// The population variance, from Σx and Σx² (exact); 0 when all
-/// samples are equal, as Welford gives.
-/// n² times the population variance, n·Σx² - (Σx)², or nullopt when that
-/// overflows (samples near 1e150 in a long window).
-std::optional<double> n2_variance(DoubleDouble sx, DoubleDouble sxx, double n) {
-  const DoubleDouble m = n_co_centred(sxx, sx, sx, n);
-  if (!std::isfinite(m.hi)) return std::nullopt;
-  return std::max(0.0, m.hi + m.lo);
+/// Where a read-out finds its sums: the approximations, and the exact sums,
+/// maintained or made exact on demand (a RunningWindow's make_exact; a
+/// gathered window's are always exact: no window).
+struct Source {
+  ExactSum* sums;
+  ApproxSum* approx;
+  RunningWindow* w = nullptr;
+  const History* h = nullptr;
+  [[nodiscard]] bool live(int i) const { return w == nullptr || w->exact_live(i); }
+  ExactSum& exact(int i) {
+    if (w != nullptr) w->make_exact(i, *h);
+    return sums[i];
+  }
+};
+
+/// Re-seeds an approximation that needs it: every ApproxSum::reseed_after
+/// additions while its exact sum is maintained (O(1)); otherwise only when
+/// the bound's own rounding needs it (2^30 additions, O(W) then). Without a
+/// re-seed err keeps growing (~2^-105 of the sum per addition) until a
+/// read-out cannot be decided, which re-seeds it.
+[[gnu::always_inline]] inline void refresh(Source& src, int i) {
+  ApproxSum& a = src.approx[i];
+  if (a.ops >= (1U << 30)) [[unlikely]]
+    a.seed(src.exact(i));
+  else if (a.stale() && src.live(i)) [[unlikely]]
+    a.seed(src.sums[i]);
 }
 
-double variance_of(ExactSum& sx, ExactSum& sxx, double n, bool all_equal) {
+/// RN(n·S2 - S1²): from the approximations when their bound decides it,
+/// else exactly from the sums (counted in `exact`; the approximations are
+/// re-seeded, so an undecided read-out caused by their drift is not repeated).
+double n2_moment(Source& src, double n, std::uint64_t& exact) {
+  refresh(src, 0);
+  refresh(src, 1);
+  if (const auto m = approx_n2_moment(src.approx[0], src.approx[1], n)) [[likely]]
+    return *m;
+  ++exact;
+  ExactSum& s1 = src.exact(0);
+  ExactSum& s2 = src.exact(1);
+  src.approx[0].seed(s1);
+  src.approx[1].seed(s2);
+  return exact_n2_moment(s1, s2, n);
+}
+
+/// The population variance RN(n·S2 - S1²) / (n·n) (S1 = Σx, S2 = Σx², exact),
+/// 0 when all samples are equal (as Welford gives). Where n·S2 - S1²
+/// overflows (samples near 1e150 in a window of more than ~13,000) it is
+/// Σx² - Σx·(Σx/n) in double-double instead, divided by n.
+double variance_of(Source& src, double n, bool all_equal, std::uint64_t& exact) {
   if (all_equal) return 0;
-  const DoubleDouble s = sx.value_dd(), s2 = sxx.value_dd();
-  if (const auto m = n2_variance(s, s2, n)) return *m / (n * n);
-  const DoubleDouble m2 = centred(s2, s, n);
+  const double m = n2_moment(src, n, exact);
+  if (std::isfinite(m)) [[likely]]
+    return std::max(0.0, m) / (n * n);
+  // An infinite RN came from the exact read-out: the sums are exact.
+  const DoubleDouble m2 = centred(src.sums[1].value_dd(), src.sums[0].value_dd(), n);
   return std::max(0.0, m2.hi + m2.lo) / n;
 }
 
-/// zscore from the exact sums of the window without its latest sample:
-/// (n·latest - Σx) / sqrt(n·Σx² - (Σx)²), both in double-double (a latest
-/// sample close to a large mean keeps its digits), one division and one
-/// square root.
-double zscore_of(ExactSum& sx, ExactSum& sxx, double n, bool all_equal, double latest) {
-  const DoubleDouble sum = sx.value_dd();  // read once: the digits are most of the cost
-  const DoubleDouble num = dd_sub(two_prod(latest, n), sum);
-  if (all_equal) return standardised(num.hi + num.lo, 0);
-  const DoubleDouble s2 = sxx.value_dd();
-  if (const auto m = n2_variance(sum, s2, n)) return standardised(num.hi + num.lo, std::sqrt(*m));
-  const DoubleDouble m2 = centred(s2, sum, n);
-  const DoubleDouble diff = dd_div(num, n);
-  return standardised(diff.hi + diff.lo, std::sqrt(std::max(0.0, m2.hi + m2.lo) / n));
+/// zscore over the window without its latest sample: RN(n·latest - S1) /
+/// sqrt(RN(n·S2 - S1²)), standardised's 0 and ±Inf cases kept.
+double zscore_of(Source& src, double n, bool all_equal, double latest, std::uint64_t& exact) {
+  refresh(src, 0);
+  double num;
+  if (const auto v = approx_n_deviation(src.approx[0], latest, n)) [[likely]] {
+    num = *v;
+  } else if (const auto f = src.exact(0).scaled_minus(latest, static_cast<std::uint64_t>(n))) {
+    num = *f;  // exact in the fast form: cheap (an exact midpoint is common here)
+  } else {
+    ++exact;
+    num = exact_n_deviation(src.exact(0), latest, n);
+    src.approx[0].seed(src.sums[0]);
+  }
+  if (all_equal) return standardised(num, 0);
+  const double m = n2_moment(src, n, exact);
+  if (std::isfinite(m)) [[likely]]
+    return standardised(num, std::sqrt(std::max(0.0, m)));
+  const DoubleDouble m2 = centred(src.sums[1].value_dd(), src.sums[0].value_dd(), n);
+  return standardised(num / n, std::sqrt(std::max(0.0, m2.hi + m2.lo) / n));
 }
 
 /// slope from exact Σd, Σd² (d = step - origin), Σy and Σd·y:
-/// (n·Σdy - Σd·Σy) / (n·Σd² - (Σd)²), the n's of the covariance and the
-/// variance cancelled (|d| < 2^40 and |y| <= 1e150: no overflow).
-double slope_of(__int128 sd, __int128 sdd, ExactSum& sy, ExactSum& sdy, double n) {
-  const DoubleDouble d = dd_of(sd);
-  const DoubleDouble sxy = n_co_centred(sdy.value_dd(), d, sy.value_dd(), n);
-  // The denominator is an integer: exact in int128 wherever n·Σd² fits
-  // (n < 2^32 and Σd² < 2^95: unless steps far apart meet windows of
-  // millions), then rounded once; else in double-double like the numerator.
-  const auto un = static_cast<__int128>(n);
-  if (n < 0x1p32 && sdd < (static_cast<__int128>(1) << 95) && (sd < 0 ? -sd : sd) < (static_cast<__int128>(1) << 63))
-    return (sxy.hi + sxy.lo) / static_cast<double>(un * sdd - sd * sd);
-  const DoubleDouble sxx = n_co_centred(dd_of(sdd), d, d, n);
-  return (sxy.hi + sxy.lo) / (sxx.hi + sxx.lo);
+/// RN(n·Σdy - Σd·Σy) / RN(n·Σd² - (Σd)²) (the n's of the covariance and the
+/// variance cancelled). Both are invariant under a shift of the origin, so
+/// the value does not depend on which origin the window has.
+double slope_of(__int128 sd, __int128 sdd, Source& src, double n, std::uint64_t& exact) {
+  refresh(src, 0);
+  refresh(src, 1);
+  double num;
+  if (const auto v = approx_slope_numerator(sd, src.approx[0], src.approx[1], n)) [[likely]] {
+    num = *v;
+  } else {
+    ++exact;
+    ExactSum& sy = src.exact(0);
+    ExactSum& sdy = src.exact(1);
+    num = exact_slope_numerator(sd, sy, sdy, n);
+    src.approx[0].seed(sy);
+    src.approx[1].seed(sdy);
+  }
+  return num / exact_slope_denominator(sd, sdd, n);
 }
 
 }  // namespace
@@ -752,6 +804,417 @@ bool ExactSum::add_scaled_digits(ExactSum& other, std::int64_t m) {
   return true;
 }
 
+void ExactSum::exact_words(Words& out) {
+  out.neg = false;
+  out.exp = 0;
+  out.len = 0;
+  if (fast_) {
+    if (e_ < 0) return;
+    std::uint64_t m[4];
+    out.neg = magnitude(a_, m);
+    int len = 4;
+    while (len > 0 && m[len - 1] == 0) --len;
+    for (int i = 0; i < len; ++i) out.w[i] = m[i];
+    out.len = len;
+    out.exp = e_ - 1074;
+    if (len == 0) out.neg = false;
+    return;
+  }
+  normalise();
+  if (hi_ < lo_) return;
+  std::int64_t neg[digits];
+  const std::int64_t* src = d_;
+  int top = hi_;
+  if (d_[hi_] < 0) {
+    top = negated(neg);
+    src = neg;
+    out.neg = true;
+  }
+  // Digits lo_..top (each in [0, 2^32)), two to a word.
+  const int count = top - lo_ + 1;
+  out.len = (count + 1) / 2;
+  for (int i = 0; i < out.len; ++i) {
+    const int d = lo_ + 2 * i;
+    const auto low = static_cast<std::uint64_t>(src[d]);
+    const auto high = d + 1 <= top ? static_cast<std::uint64_t>(src[d + 1]) : 0;
+    out.w[i] = low | (high << 32);
+  }
+  while (out.len > 0 && out.w[out.len - 1] == 0) --out.len;
+  out.exp = 32 * lo_ - 1074;
+}
+
+std::optional<double> ExactSum::scaled_minus(double x, std::uint64_t n) const {
+  if (!fast_) return std::nullopt;
+  std::uint64_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
+  std::uint64_t mant = bits & ((std::uint64_t{1} << 52) - 1);
+  if (e_ < 0 || (biased == 0 && mant == 0) || n == 0) {
+    // A zero sum (n·x rounded once), or a zero product (-sum rounded).
+    const double r = e_ < 0 ? x * static_cast<double>(n) : -words_dd(a_, e_, false).hi;
+    return r == 0 ? 0.0 : r;  // an exact zero is +0, as the multi-word read-out gives it
+  }
+  int pos = 0;
+  if (biased != 0) {
+    mant |= std::uint64_t{1} << 52;
+    pos = biased - 1;
+  }
+  const int tz = std::countr_zero(mant);
+  const int o = pos + tz - e_;
+  // n·mt < 2^106 at o <= 117: below 2^223, as a summand of the fast form.
+  if (o < 0 || o > 117) return std::nullopt;
+  const unsigned __int128 v = static_cast<unsigned __int128>(mant >> tz) * n;
+  const int sh = o & 63, w = o >> 6;
+  const unsigned __int128 lo = v << sh;
+  const auto top = sh == 0 ? std::uint64_t{0} : static_cast<std::uint64_t>(v >> (128 - sh));
+  const auto l0 = static_cast<std::uint64_t>(lo), l1 = static_cast<std::uint64_t>(lo >> 64);
+  // t = 0 - sum, then ± n·x: the sum is below 2^224, the result below 2^225.
+  std::uint64_t t[4] = {0, 0, 0, 0};
+  add_words(t, a_, true);
+  add_words(t, w == 0 ? l0 : 0, w == 0 ? l1 : l0, w == 0 ? top : l1, w == 0 ? 0 : top, (bits >> 63) != 0);
+  return words_dd(t, e_, false).hi;
+}
+
+// ---- ApproxSum ------------------------------------------------------------------
+
+namespace {
+// The bodies of ApproxSum::add/add2, inlined into the running windows' moves.
+[[gnu::always_inline]] inline void approx_add(ApproxSum& a, double x) {
+  const DoubleDouble s = two_sum(a.hi, x);  // exact
+  const double w = s.lo + a.lo;             // the one rounding: <= 2^-53 |w|
+  const DoubleDouble r = two_sum(s.hi, w);
+  a.hi = r.hi;
+  a.lo = r.lo;
+  a.err += std::abs(w) * 0x1p-52;
+  ++a.ops;
+}
+[[gnu::always_inline]] inline void approx_add2(ApproxSum& a, double p, double e) {
+  const DoubleDouble s = two_sum(a.hi, p);
+  const double w1 = s.lo + a.lo;  // <= 2^-53 |w1|
+  const double w2 = w1 + e;       // <= 2^-53 |w2|
+  const DoubleDouble r = two_sum(s.hi, w2);
+  a.hi = r.hi;
+  a.lo = r.lo;
+  a.err += (std::abs(w1) + std::abs(w2)) * 0x1p-52;
+  ++a.ops;
+}
+}  // namespace
+
+void ApproxSum::add(double x) { approx_add(*this, x); }
+void ApproxSum::add2(double p, double e) { approx_add2(*this, p, e); }
+
+void ApproxSum::seed(ExactSum& s) {
+  const DoubleDouble dd = s.value_dd();
+  hi = dd.hi;
+  lo = dd.lo;
+  // Canonical: |sum - (hi + lo)| <= ulp(lo) / 2 <= 2^-106 |hi| (and at most
+  // 2^-1075 where lo is subnormal: the read-out's 2^-1000 covers it). An
+  // overflowing hi (sums of squares near 1e150 over 2^26 samples) is not
+  // finite: stale, and the read-outs go exact.
+  err = std::isfinite(hi) ? std::abs(hi) * 0x1p-105 : inf;
+  ops = 0;
+}
+
+namespace {
+
+// ---- The read-outs: fast (double-double with a bound) and exact ------------
+
+/// A bound on the read-out's distance from the exact quantity: `e` (the
+/// approximations' bounds propagated and the double-double evaluation's
+/// roundings) widened for the roundings of the bound's own arithmetic
+/// (relative 2^-20, far more than the few 2^-53's and the 2^30 additions'
+/// worth of err's roundings), plus 2^-1000 for everything that can
+/// underflow (products of tiny low parts: each loses at most 2^-1075).
+double widen(double e) { return e * (1 + 0x1p-20) + 0x1p-1000; }
+
+/// RN(exact), if the interval m ± err (m = hi + lo, hi = RN(m)) lies strictly
+/// inside hi's rounding interval: then every value in it rounds to hi.
+/// The boundaries of that interval are the midpoints between hi and its
+/// neighbours (where ties-to-even decides): strictly inside, no tie can
+/// occur. The smaller of the two gaps is used (hi a power of two has a
+/// half-size gap below). Tiny or non-finite values are left undecided.
+[[gnu::always_inline]] inline std::optional<double> decided(DoubleDouble m, double err) {
+  const double ah = std::abs(m.hi);
+  if (!(ah >= 0x1p-900 && ah <= 0x1p1000)) return std::nullopt;
+  std::uint64_t bits;
+  std::memcpy(&bits, &ah, sizeof bits);
+  --bits;
+  double below;
+  std::memcpy(&below, &bits, sizeof below);
+  const double half_gap = (ah - below) * 0.5;  // both exact (Sterbenz; a power of two)
+  // (|lo| + err) rounded, then enlarged past both roundings of this test.
+  if ((std::abs(m.lo) + err) * (1 + 0x1p-50) < half_gap) return m.hi;
+  return std::nullopt;
+}
+
+/// a - b in double-double, the final normalisation by two_sum (exact for
+/// any magnitudes, as cancellation can leave the low part the larger).
+[[gnu::always_inline]] inline DoubleDouble dd_sub_exact(DoubleDouble a, DoubleDouble b) {
+  DoubleDouble s = two_sum(a.hi, -b.hi);
+  s.lo += a.lo - b.lo;
+  return two_sum(s.hi, s.lo);
+}
+
+}  // namespace
+
+// Evaluation errors of the double-double formulas below (u = 2^-53, X and Y
+// the magnitudes of the two products): n·B (two_prod exact, b.lo·n and the
+// sum rounded) within 3.01 u² X; A·A (two_prod exact, two cross products,
+// their sum and its sum with the error term rounded, a.lo² dropped) within
+// 8.02 u² Y; the difference (two low-part roundings) within 3.03 u² (X + Y):
+// 12 u² (X + Y) < 2^-102 (X + Y) in all; 2^-100 (X + Y) is used.
+
+std::optional<double> approx_n2_moment(const ApproxSum& s1, const ApproxSum& s2, double n) {
+  const double ah = std::abs(s1.hi), bh = s2.hi;
+  // Magnitudes where every product below is a normal double.
+  if (!(bh >= 0x1p-400 && bh <= 0x1p900 && ah <= 0x1p450 && n * bh <= 0x1p1000)) return std::nullopt;
+  const DoubleDouble m = dd_sub_exact(dd_scale({s2.hi, s2.lo}, n), dd_mul({s1.hi, s1.lo}, {s1.hi, s1.lo}));
+  // |n·S2 - n·B| <= n err2; |S1² - A²| = |S1 - A| |S1 + A| <= err1 (2|A| + err1).
+  const double x = n * bh, y = ah * ah;
+  const double e = n * s2.err + s1.err * (2 * ah * (1 + 0x1p-50) + s1.err) + (x + y) * 0x1p-100;
+  return decided(m, widen(e));
+}
+
+std::optional<double> approx_n_deviation(const ApproxSum& s1, double latest, double n) {
+  const double ah = std::abs(s1.hi), x = n * std::abs(latest);
+  if (!(ah <= 0x1p1000 && x <= 0x1p1000 && (x >= 0x1p-800 || x == 0))) return std::nullopt;
+  // n·latest exactly as two_prod's halves (normal: x is not tiny or is 0).
+  const DoubleDouble m = dd_sub_exact(two_prod(latest, n), {s1.hi, s1.lo});
+  // The difference's two low-part roundings: within 2^-100 (x + |A|).
+  const double e = s1.err + (x + ah) * 0x1p-100;
+  return decided(m, widen(e));
+}
+
+std::optional<double> approx_slope_numerator(__int128 sd, const ApproxSum& sy, const ApproxSum& sdy,
+                                             double n) {
+  const DoubleDouble d = dd_of(sd);  // exact: |Σd| < 2^106
+  const double ad = std::abs(d.hi), ay = std::abs(sy.hi), ap = std::abs(sdy.hi);
+  if (!(ap <= 0x1p900 && n * ap <= 0x1p1000 && ad <= 0x1p100 && ay <= 0x1p800)) return std::nullopt;
+  const DoubleDouble m = dd_sub_exact(dd_scale({sdy.hi, sdy.lo}, n), dd_mul(d, {sy.hi, sy.lo}));
+  // Σd is exact: |Σd·Σy - D·Y| <= |D| err_y; dd_mul's errors as A·A's.
+  const double x = n * ap, y = ad * ay;
+  const double e = n * sdy.err + ad * (1 + 0x1p-50) * sy.err + (x + y) * 0x1p-100;
+  return decided(m, widen(e));
+}
+
+namespace {
+
+/// A signed multi-word number: ±(Σ w[i]·2^(64 i))·2^exp. Wide enough for
+/// n·S2 - S1² aligned at S1²'s lowest bit: S1, S2 lie within [2^-1074,
+/// 2^1102) (68 digits of 32 bits), n < 2^53, so every operand and result
+/// spans fewer than 4,420 bits (70 words).
+struct Big {
+  static constexpr int words = 80;
+  bool neg = false;
+  int exp = 0;
+  int len = 0;  // words in use (the top one may be 0 after arithmetic)
+  std::uint64_t w[words];
+};
+
+void big_from(Big& b, const ExactSum::Words& s) {
+  b.neg = s.neg;
+  b.exp = s.exp;
+  b.len = s.len;
+  for (int i = 0; i < s.len; ++i) b.w[i] = s.w[i];
+}
+
+void big_from(Big& b, unsigned __int128 mag, bool neg, int exp) {
+  b.neg = neg;
+  b.exp = exp;
+  b.w[0] = static_cast<std::uint64_t>(mag);
+  b.w[1] = static_cast<std::uint64_t>(mag >> 64);
+  b.len = b.w[1] != 0 ? 2 : b.w[0] != 0 ? 1 : 0;
+}
+
+/// A finite double, exactly.
+void big_from(Big& b, double x) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
+  std::uint64_t mant = bits & ((std::uint64_t{1} << 52) - 1);
+  if (biased != 0) mant |= std::uint64_t{1} << 52;
+  big_from(b, mant, (bits >> 63) != 0, (biased != 0 ? biased - 1 : 0) - 1074);
+}
+
+/// out = a·b (out distinct from both).
+void big_mul(const Big& a, const Big& b, Big& out) {
+  out.neg = a.neg != b.neg;
+  out.exp = a.exp + b.exp;
+  out.len = a.len + b.len;
+  for (int i = 0; i < out.len; ++i) out.w[i] = 0;
+  for (int i = 0; i < a.len; ++i) {
+    std::uint64_t carry = 0;
+    for (int j = 0; j < b.len; ++j) {
+      const unsigned __int128 t =
+          static_cast<unsigned __int128>(a.w[i]) * b.w[j] + out.w[i + j] + carry;
+      out.w[i + j] = static_cast<std::uint64_t>(t);
+      carry = static_cast<std::uint64_t>(t >> 64);
+    }
+    out.w[i + b.len] = carry;
+  }
+}
+
+/// The magnitude of `b` shifted left by `sh` bits into `out` (`words` long).
+void shifted(const Big& b, int sh, std::uint64_t* out, int words) {
+  for (int i = 0; i < words; ++i) out[i] = 0;
+  const int ws = sh >> 6, bs = sh & 63;
+  for (int i = 0; i < b.len && i + ws < words; ++i) {
+    out[i + ws] |= b.w[i] << bs;
+    if (bs != 0 && i + ws + 1 < words) out[i + ws + 1] |= b.w[i] >> (64 - bs);
+  }
+}
+
+/// out = a - b.
+void big_sub(const Big& a, const Big& b, Big& out) {
+  const int e = std::min(a.len ? a.exp : b.exp, b.len ? b.exp : a.exp);
+  const int sa = a.exp - e, sb = b.exp - e;
+  int len = std::max(a.len * 64 + sa, b.len * 64 + sb) / 64 + 2;
+  len = std::min(len, Big::words);
+  std::uint64_t x[Big::words], y[Big::words];
+  shifted(a, a.len ? sa : 0, x, len);
+  shifted(b, b.len ? sb : 0, y, len);
+  // a - b = sign_a·x - sign_b·y: add magnitudes when the signs differ.
+  const bool bneg = !b.neg;
+  out.exp = e;
+  out.len = len;
+  if (a.neg == bneg) {
+    std::uint64_t carry = 0;
+    for (int i = 0; i < len; ++i) {
+      const unsigned __int128 t = static_cast<unsigned __int128>(x[i]) + y[i] + carry;
+      out.w[i] = static_cast<std::uint64_t>(t);
+      carry = static_cast<std::uint64_t>(t >> 64);
+    }
+    out.neg = a.neg;
+    return;
+  }
+  // Subtract the smaller magnitude from the larger.
+  int cmp = 0;
+  for (int i = len - 1; i >= 0 && cmp == 0; --i)
+    if (x[i] != y[i]) cmp = x[i] > y[i] ? 1 : -1;
+  const std::uint64_t* big = cmp >= 0 ? x : y;
+  const std::uint64_t* small = cmp >= 0 ? y : x;
+  std::uint64_t borrow = 0;
+  for (int i = 0; i < len; ++i) {
+    const std::uint64_t t = big[i] - small[i];
+    const std::uint64_t r = t - borrow;
+    borrow = (big[i] < small[i]) || (t < borrow) ? 1 : 0;
+    out.w[i] = r;
+  }
+  out.neg = cmp >= 0 ? a.neg : bneg;
+}
+
+/// 64 bits of the magnitude from bit `from` (>= 0).
+std::uint64_t bits_at(const Big& b, int from) {
+  const int i = from >> 6, sh = from & 63;
+  const std::uint64_t lo = i < b.len ? b.w[i] >> sh : 0;
+  const std::uint64_t hi = sh != 0 && i + 1 < b.len ? b.w[i + 1] << (64 - sh) : 0;
+  return lo | hi;
+}
+
+/// Whether any bit of the magnitude below bit `to` is set.
+bool any_below(const Big& b, int to) {
+  const int i = to >> 6, sh = to & 63;
+  for (int k = 0; k < std::min(i, b.len); ++k)
+    if (b.w[k] != 0) return true;
+  return i < b.len && sh != 0 && (b.w[i] & ((std::uint64_t{1} << sh) - 1)) != 0;
+}
+
+/// The number rounded to the nearest double, ties to even (±Inf beyond the
+/// largest; subnormal results rounded at 2^-1074 like the hardware does).
+double big_round(const Big& b) {
+  int len = b.len;
+  while (len > 0 && b.w[len - 1] == 0) --len;
+  if (len == 0) return 0.0;
+  const int t = 64 * (len - 1) + 63 - std::countl_zero(b.w[len - 1]);  // the top bit
+  const long top = static_cast<long>(t) + b.exp;                         // its weight
+  double r;
+  if (top >= 1024) {
+    r = inf;
+  } else {
+    const long q = std::max(top - 52, -1074L);  // the weight of the last bit kept
+    const long rel = q - b.exp;
+    if (rel <= 0) {
+      // Every bit fits (at most 53 of them): exact.
+      r = std::ldexp(static_cast<double>(b.w[0]), b.exp);
+    } else {
+      const int from = static_cast<int>(rel);
+      std::uint64_t m = bits_at(b, from) & ((std::uint64_t{1} << (t - from + 1)) - 1);
+      const bool guard = ((bits_at(b, from - 1)) & 1) != 0;
+      const bool sticky = any_below(b, from - 1);
+      if (guard && (sticky || (m & 1) != 0)) ++m;
+      r = std::ldexp(static_cast<double>(m), static_cast<int>(q));  // exact, or Inf past the top
+    }
+  }
+  return b.neg ? -r : r;
+}
+
+/// A non-negative integer below 2^53 (n), exactly.
+void big_from_count(Big& b, double n) {
+  big_from(b, static_cast<unsigned __int128>(static_cast<std::uint64_t>(n)), false, 0);
+}
+
+}  // namespace
+
+double exact_n2_moment(ExactSum& s1, ExactSum& s2, double n) {
+  ExactSum::Words w;
+  Big a, b, nb, sq, prod, out;
+  s1.exact_words(w);
+  big_from(a, w);
+  s2.exact_words(w);
+  big_from(b, w);
+  big_from_count(nb, n);
+  big_mul(a, a, sq);
+  big_mul(nb, b, prod);
+  big_sub(prod, sq, out);
+  return big_round(out);
+}
+
+double exact_n_deviation(ExactSum& s1, double latest, double n) {
+  if (const auto fast = s1.scaled_minus(latest, static_cast<std::uint64_t>(n))) return *fast;
+  ExactSum::Words w;
+  Big a, x, nb, prod, out;
+  s1.exact_words(w);
+  big_from(a, w);
+  big_from(x, latest);
+  big_from_count(nb, n);
+  big_mul(nb, x, prod);
+  big_sub(prod, a, out);
+  return big_round(out);
+}
+
+double exact_slope_numerator(__int128 sd, ExactSum& sy, ExactSum& sdy, double n) {
+  ExactSum::Words w;
+  Big y, p, d, nb, left, right, out;
+  sy.exact_words(w);
+  big_from(y, w);
+  sdy.exact_words(w);
+  big_from(p, w);
+  big_from(d, static_cast<unsigned __int128>(sd < 0 ? -sd : sd), sd < 0, 0);
+  big_from_count(nb, n);
+  big_mul(nb, p, left);
+  big_mul(d, y, right);
+  big_sub(left, right, out);
+  return big_round(out);
+}
+
+double exact_slope_denominator(__int128 sd, __int128 sdd, double n) {
+  if (n < 0x1p32 && sdd < (static_cast<__int128>(1) << 95) &&
+      (sd < 0 ? -sd : sd) < (static_cast<__int128>(1) << 63)) {
+    // Through int64 and round_u128: the double <-> int128 conversions are
+    // library calls. n·Σd² >= (Σd)² (Cauchy-Schwarz).
+    const __int128 d = static_cast<__int128>(static_cast<std::int64_t>(n)) * sdd - sd * sd;
+    return d > 0 ? round_u128(static_cast<unsigned __int128>(d)) : 0.0;
+  }
+  Big d, dd, nb, left, right, out;
+  big_from(d, static_cast<unsigned __int128>(sd < 0 ? -sd : sd), sd < 0, 0);
+  big_from(dd, static_cast<unsigned __int128>(sdd), false, 0);
+  big_from_count(nb, n);
+  big_mul(nb, dd, left);
+  big_mul(d, d, right);
+  big_sub(left, right, out);
+  return big_round(out);
+}
+
 // ---- Deque --------------------------------------------------------------------
 
 void RunningWindow::Deque::push(double v, std::uint64_t k, bool want_max) {
@@ -995,6 +1458,14 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
     s.clear();
     s.track(kind == RunKind::sum || kind == RunKind::mean);
   }
+  for (auto& a : approx_) a.clear();
+  // var/std/slope follow their sums by the approximations alone (the exact
+  // sums are rebuilt from the window when a read-out needs them); zscore
+  // keeps Σx exact (its numerator); sum/mean keep theirs (their read-out).
+  const bool moments = kind == RunKind::var || kind == RunKind::std_dev || kind == RunKind::slope;
+  live_[0] = !moments;
+  live_[1] = kind != RunKind::zscore && !moments;
+  keep_exact_ = exact_before_ = false;
   deque_.clear();
   // The heaps keep their capacity: clear() then re-inserting allocates nothing.
   for (auto& s : split_) s.clear();
@@ -1013,6 +1484,27 @@ bool RunningWindow::recentre_slope(const History& h) {
     return false;
   // d' = d - delta over the n samples in the sums: Σd' = Σd - n·delta,
   // Σd'² = Σd² - 2·delta·Σd + n·delta², Σd'y = Σdy - delta·Σy (exact).
+  if (!live_[0] || !live_[1]) {
+    // The exact sums are not maintained: Σd, Σd² and the approximation of
+    // Σd·y afresh from the window (O(W) once per two window lengths:
+    // amortised O(1); the exact sums, rebuilt on demand, use the new origin).
+    k0_ = k0;
+    sd_ = sdd_ = 0;
+    approx_[1].clear();
+    for (std::uint64_t k = lo_; k < hi_; ++k) {
+      const std::size_t p = h.phys(k);
+      const double v = h.value[p];
+      if (std::isnan(v) || !(std::abs(v) <= special_above)) continue;
+      const std::int64_t d = h.step[p] - k0;  // within 2^40: checked above
+      sd_ += d;
+      sdd_ += static_cast<__int128>(d) * d;
+      const DoubleDouble pr = two_prod(static_cast<double>(d), v);
+      approx_[1].add2(pr.hi, pr.lo);
+    }
+    removed_ = 0;
+    live_[1] = false;  // Σd·y (if it was exact) is for the old origin
+    return true;
+  }
   if (!sums_[1].add_scaled(sums_[0], -delta)) return false;
   const auto n = static_cast<__int128>(hi_ - lo_) - nans_ - specials_;
   const auto dl = static_cast<__int128>(delta);
@@ -1020,7 +1512,48 @@ bool RunningWindow::recentre_slope(const History& h) {
   sd_ -= n * dl;
   k0_ = k0;
   removed_ = 0;
+  approx_[1].seed(sums_[1]);  // Σdy changed (exactly)
   return true;
+}
+
+void RunningWindow::make_exact(int i, const History& h) {
+  needed_hi_ = hi_;  // see relax_exact
+  if (live_[i]) return;
+  if (!exact_before_ || rebuilt_hi_ != hi_) {  // not the same read-out's other sum
+    // A second on-demand rebuild within a window length: this window's
+    // read-outs keep needing the exact sums; maintain them from now on.
+    if (exact_before_ && hi_ - rebuilt_hi_ < std::max<std::uint64_t>(64, hi_ - lo_)) keep_exact_ = true;
+    ++exact_rebuilds_;
+    exact_before_ = true;
+    rebuilt_hi_ = hi_;
+  }
+  ExactSum& s = sums_[static_cast<std::size_t>(i)];
+  s.clear();
+  for (std::uint64_t k = lo_; k < hi_; ++k) {
+    const std::size_t p = h.phys(k);
+    const double v = h.value[p];
+    if (std::isnan(v) || !(std::abs(v) <= special_above)) continue;
+    if (kind_ == RunKind::slope) {
+      std::int64_t d;
+      if (__builtin_sub_overflow(h.step[p], k0_, &d) || d <= -wide_step || d >= wide_step) continue;
+      if (i == 0) s.add(v);
+      else s.add_product(d, v);
+    } else {
+      if (i == 0) s.add(v);
+      else s.add_square(v);
+    }
+  }
+  live_[i] = keep_exact_;
+}
+
+void RunningWindow::relax_exact() {
+  // Maintained since the guard tripped, and not needed for four window
+  // lengths: the hard stretch has passed, back to the approximations.
+  if (hi_ - needed_hi_ <= 4 * std::max<std::uint64_t>(64, hi_ - lo_)) return;
+  keep_exact_ = exact_before_ = false;
+  const bool zscore = kind_ == RunKind::zscore;
+  live_[0] = zscore;
+  live_[1] = false;
 }
 
 template <bool Add>
@@ -1083,9 +1616,19 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
     case RunKind::std_dev:
     case RunKind::zscore:
       if (!special) {
-        put(sums_[0], v);
-        if constexpr (Add) sums_[1].add_square(v);
-        else sums_[1].remove_square(v);
+        if (live_[0]) put(sums_[0], v);
+        if (live_[1]) {
+          if constexpr (Add) sums_[1].add_square(v);
+          else sums_[1].remove_square(v);
+        }
+        const DoubleDouble sq = two_prod(v, v);
+        if constexpr (Add) {
+          approx_add(approx_[0], v);
+          approx_add2(approx_[1], sq.hi, sq.lo);
+        } else {
+          approx_add(approx_[0], -v);
+          approx_add2(approx_[1], -sq.hi, -sq.lo);
+        }
       }
       break;
     case RunKind::slope:
@@ -1095,11 +1638,21 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
           wide_ += sign;
           break;
         }
-        put(sums_[0], v);
         sd_ += sign * d;
         sdd_ += sign * (static_cast<__int128>(d) * d);
-        if constexpr (Add) sums_[1].add_product(d, v);
-        else sums_[1].remove_product(d, v);
+        if (live_[0]) put(sums_[0], v);
+        if (live_[1]) {
+          if constexpr (Add) sums_[1].add_product(d, v);
+          else sums_[1].remove_product(d, v);
+        }
+        const DoubleDouble p = two_prod(static_cast<double>(d), v);
+        if constexpr (Add) {
+          approx_add(approx_[0], v);
+          approx_add2(approx_[1], p.hi, p.lo);
+        } else {
+          approx_add(approx_[0], -v);
+          approx_add2(approx_[1], -p.hi, -p.lo);
+        }
       }
       break;
     default: break;
@@ -1134,6 +1687,8 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     if (kind == RunKind::min || kind == RunKind::max) deque_.expire(lo);
     if (recentre && !recentre_slope(h)) rebuild(kind, h, lo, end);
   }
+  if (keep_exact_) [[unlikely]]
+    relax_exact();
   // Read only by the kinds that need it (a load and an index computation
   // the others should not pay for).
   auto newest = [&] { return h.value[h.phys(hi - 1)]; };
@@ -1155,7 +1710,8 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     case RunKind::std_dev: {
       if (nans_) return nan;
       if (specials_) return std::nullopt;
-      const double var = variance_of(sums_[0], sums_[1], n, vchange_ <= lo_);
+      Source src{sums_.data(), approx_, this, &h};
+      const double var = variance_of(src, n, vchange_ <= lo_, exact_readouts_);
       return kind == RunKind::var ? var : std::sqrt(var);
     }
     case RunKind::median: return nans_ ? nan : split_[0].quantile(0.5, lo_, h);
@@ -1173,14 +1729,18 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       if (nans_) return nan;
       if (specials_ || wide_) return std::nullopt;
       if (schange_ <= lo_) return nan;  // one step: no line
-      return slope_of(sd_, sdd_, sums_[0], sums_[1], n);
+      {
+        Source src{sums_.data(), approx_, this, &h};
+        return slope_of(sd_, sdd_, src, n, exact_readouts_);
+      }
     case RunKind::changes: return static_cast<double>(changes_);
     case RunKind::any_nan: return nans_ ? 1 : 0;
     case RunKind::zscore: {
       const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
       if (specials_ || !(std::abs(latest) <= special_above)) return std::nullopt;
-      return zscore_of(sums_[0], sums_[1], n, vchange_ <= lo_, latest);
+      Source src{sums_.data(), approx_, this, &h};
+      return zscore_of(src, n, vchange_ <= lo_, latest, exact_readouts_);
     }
     case RunKind::iqr_outlier: {
       const double latest = newest();
@@ -1207,7 +1767,12 @@ std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w) {
     if (std::isnan(w.values[i])) return nan;
   for (std::size_t i = 0; i < w.n; ++i)
     if (!(std::abs(w.values[i]) <= special_above)) return std::nullopt;  // the kernel's
-  ExactSum a, b;
+  ExactSum ab_sums[2];
+  ExactSum& a = ab_sums[0];
+  ExactSum& b = ab_sums[1];
+  ApproxSum approx[2];  // seeded from a and b: the running windows' read-outs
+  Source src{ab_sums, approx};
+  std::uint64_t exact = 0;
   bool all_equal = true, one_step = true;
   for (std::size_t i = 0; i < n; ++i) {
     all_equal &= w.values[i] == w.values[0];
@@ -1226,8 +1791,10 @@ std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w) {
         a.add(w.values[i]);
         b.add_square(w.values[i]);
       }
-      if (kind == RunKind::zscore) return zscore_of(a, b, dn, all_equal, w.values[w.n - 1]);
-      const double var = variance_of(a, b, dn, all_equal);
+      approx[0].seed(a);
+      approx[1].seed(b);
+      if (kind == RunKind::zscore) return zscore_of(src, dn, all_equal, w.values[w.n - 1], exact);
+      const double var = variance_of(src, dn, all_equal, exact);
       return kind == RunKind::var ? var : std::sqrt(var);
     }
     case RunKind::slope: {
@@ -1242,7 +1809,9 @@ std::optional<double> running_value_of(RunKind kind, const stdlib::Window& w) {
         a.add(w.values[i]);
         b.add_product(d, w.values[i]);
       }
-      return slope_of(sd, sdd, a, b, dn);
+      approx[0].seed(a);
+      approx[1].seed(b);
+      return slope_of(sd, sdd, src, dn, exact);
     }
     default: return std::nullopt;
   }

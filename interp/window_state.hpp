@@ -14,15 +14,15 @@
 // samples is exact and the sum read back is the correctly rounded sum of the
 // window, whatever the order of additions and removals. Everything a
 // RunningWindow returns is therefore a function of the window's samples
-// alone (slope aside, below): rebuilding it from the window (after
-// restore_state, after a window moved backwards, after samples it needed
-// were evicted) gives bit-identical values, and checkpoint/resume stays
-// exact without saving it. var/std/zscore/slope combine the exact sums in
-// double-double arithmetic (about 2^-100 relative to the sums of squares
-// before cancellation): see docs/performance.md for the bound. slope
-// measures steps from an origin step re-chosen as the window moves (so that
-// nanosecond steps keep their precision): its value after a rebuild agrees
-// to that double-double precision, not necessarily to the last bit.
+// alone: rebuilding it from the window (after restore_state, after a window
+// moved backwards, after samples it needed were evicted) gives bit-identical
+// values, and checkpoint/resume stays exact without saving it.
+// var/std/zscore/slope are correctly rounded functions of exact sums
+// (RN(n·Σx² - (Σx)²) and the like; slope's are invariant under its origin
+// step's moves), read from running double-double approximations with a
+// rigorous error bound whenever the bound decides the rounding, and from
+// the exact sums -- rebuilt from the window on demand, O(W), when they are
+// not maintained -- otherwise: see docs/performance.md.
 //
 // Where a running window does not apply, value() returns nullopt and the
 // executor recomputes from the window: windows that are not a contiguous run
@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -131,6 +132,21 @@ class ExactSum {
   /// Adds m times `other` exactly (|m| < 2^40; not with track()). False,
   /// and nothing changed, if the result could leave the digits.
   bool add_scaled(ExactSum& other, std::int64_t m);
+  /// The exact sum as sign · magnitude · 2^exp, the magnitude in `len`
+  /// 64-bit words (least significant first, the top one non-zero; len 0 for
+  /// a zero sum), exp >= -1074. For the exact read-outs of var/std/zscore/slope.
+  struct Words {
+    bool neg = false;
+    int exp = 0;
+    int len = 0;
+    std::uint64_t w[36];
+  };
+  void exact_words(Words& out);
+  /// RN(n·x - sum), exactly, where the sum is in the fast form and n·x
+  /// (n < 2^53, x finite) lands within it: zscore's numerator, whose exact
+  /// value sits on a rounding midpoint often (it has only a few bits more
+  /// than a double). nullopt: not in the fast form's reach (multi-word then).
+  [[nodiscard]] std::optional<double> scaled_minus(double x, std::uint64_t n) const;
 
  private:
   static constexpr int digits = 68;
@@ -187,6 +203,55 @@ class ExactSum {
   std::int64_t d_[digits];
 };
 
+/// A running double-double approximation of an exact sum, with a rigorous
+/// bound on its distance from it: |exact - (hi + lo)| <= err (1 + 2^-20)
+/// + 2^-1000 while ops < 2^30 (see add()). var/std/zscore/slope read their
+/// values from these almost always and from the exact sums only when the
+/// bound cannot prove the correctly rounded result (Ziv's strategy).
+struct ApproxSum {
+  double hi = 0, lo = 0, err = 0;
+  std::uint32_t ops = 0;  // additions since the last seed
+  void clear() { *this = ApproxSum{}; }
+  /// Adds the double x. Exact but for the one rounding of the low part
+  /// (t + lo, at most 2^-53 of it), which err covers twice over (the second
+  /// half covers err's own roundings, with the (1 + 2^-20) at the read-out).
+  void add(double x);
+  /// Adds p + e (a two-product's halves, the same two doubles ExactSum adds
+  /// or whose exact sum it adds): two roundings of the low part.
+  void add2(double p, double e);
+  /// Re-seeds from the exact sum: its canonical double-double, within
+  /// 2^-106 of it (err 2^-105 |hi|).
+  void seed(ExactSum& s);
+  /// Additions after which a read-out re-seeds (O(1) from the exact sum):
+  /// each addition adds at most 2^-104 of the sum to err, so err stays
+  /// within ~2^-92 of the sum (the bound's own roundings need < 2^30).
+  static constexpr std::uint32_t reseed_after = 4096;
+  /// Whether a read-out should re-seed first: reseed_after additions, or
+  /// err above 2^-80 of the sum (it shrank by cancellation since the errors
+  /// were made), or no finite value.
+  [[nodiscard]] bool stale() const {
+    return ops >= reseed_after || !(err <= std::abs(hi) * 0x1p-80);
+  }
+};
+
+/// var/std/zscore/slope's correctly rounded quantities (docs/performance.md,
+/// "Exactness"): with S1 = Σx, S2 = Σx² (the exact sums) and n the samples,
+/// RN(n·S2 - S1²); zscore's RN(n·latest - S1); slope's RN(n·Σdy - Σd·Σy).
+/// `approx_*` evaluate them in double-double from the running approximations
+/// with an error bound and return the value only when the bound proves it is
+/// the correctly rounded one (nullopt otherwise: then the exact one, from
+/// the exact sums, multi-word). Both give the same bits whenever the first
+/// gives a value; `exact_*` are the fallback. Public for the tests.
+std::optional<double> approx_n2_moment(const ApproxSum& s1, const ApproxSum& s2, double n);
+double exact_n2_moment(ExactSum& s1, ExactSum& s2, double n);
+std::optional<double> approx_n_deviation(const ApproxSum& s1, double latest, double n);
+double exact_n_deviation(ExactSum& s1, double latest, double n);
+std::optional<double> approx_slope_numerator(__int128 sd, const ApproxSum& sy, const ApproxSum& sdy,
+                                             double n);
+double exact_slope_numerator(__int128 sd, ExactSum& sy, ExactSum& sdy, double n);
+/// RN(n·Σd² - (Σd)²), exactly (int128 where it fits, else multi-word).
+double exact_slope_denominator(__int128 sd, __int128 sdd, double n);
+
 /// The running kind's value computed afresh from a window that is not a
 /// contiguous run of held samples (gathered), with the same exact sums and
 /// formulas as a RunningWindow, so that a value never depends on how its
@@ -215,6 +280,24 @@ class RunningWindow {
   /// Rebuilds done (windows that moved backwards, jumped, or restarted):
   /// tests assert sliding windows do not rebuild.
   [[nodiscard]] std::uint64_t rebuilds() const { return rebuilds_; }
+  /// Read-outs of var/std/zscore/slope that could not be decided from the
+  /// running approximations and read the exact sums (tests: rare, and taken
+  /// on constructed near-midpoint windows).
+  [[nodiscard]] std::uint64_t exact_readouts() const { return exact_readouts_; }
+  /// Times an exact sum that was not maintained was rebuilt from the window
+  /// (O(W)) for an exact read-out (tests: rare; at most twice before the
+  /// sums are maintained again, see make_exact).
+  [[nodiscard]] std::uint64_t exact_rebuilds() const { return exact_rebuilds_; }
+  /// Whether sums_[i] follows the window exactly (else only its
+  /// approximation does, and make_exact rebuilds it on demand).
+  [[nodiscard]] bool exact_live(int i) const { return live_[i]; }
+  /// Makes sums_[i] the window's exact sum: nothing if it is maintained,
+  /// else a rebuild from the window's samples in `h` (O(W)). A second such
+  /// rebuild within one window length of the previous one (a window whose
+  /// read-outs the approximations keep failing to decide: cancellation,
+  /// tiny values) makes the sums maintained again, until no read-out has
+  /// needed them for four window lengths.
+  void make_exact(int i, const History& h);
 
  private:
   struct Entry {
@@ -300,6 +383,9 @@ class RunningWindow {
   /// exact integer and ExactSum arithmetic (the same sums a rebuild would
   /// make); false when it cannot (a wide or unsorted window: rebuild).
   bool recentre_slope(const History& h);
+  /// Stops maintaining the exact sums again (keep_exact_) once no read-out
+  /// has needed them for four window lengths.
+  void relax_exact();
   /// Values held by the order statistics (NaN aside).
   [[nodiscard]] std::size_t sorted_values() const { return split_[0].size(); }
   /// Room in the order statistics of `kind` (if any) for `values` values.
@@ -325,6 +411,15 @@ class RunningWindow {
   std::int64_t k0_ = 0, wide_ = 0;
   __int128 sd_ = 0, sdd_ = 0;
   std::vector<ExactSum> sums_;  // per kind: see window_state.cpp
+  ApproxSum approx_[2];         // var/std/zscore, slope: sums_[0], sums_[1] approximated
+  std::uint64_t exact_readouts_ = 0, exact_rebuilds_ = 0;
+  // var/std/zscore/slope: which exact sums are maintained (zscore keeps Σx:
+  // its numerator is often an exact midpoint, read exactly in O(1)).
+  bool live_[2] = {true, true};
+  bool keep_exact_ = false;       // the guard tripped: maintain them again
+  bool exact_before_ = false;     // an on-demand rebuild happened since the last rebuild
+  std::uint64_t rebuilt_hi_ = 0;  // hi_ at the last on-demand rebuild
+  std::uint64_t needed_hi_ = 0;   // hi_ when a read-out last needed the exact sums
   Deque deque_;
   RankSplit split_[2];  // median/quantile: [0]; iqr_outlier: q1 [0], q3 [1]
 };
