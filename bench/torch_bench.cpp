@@ -116,7 +116,7 @@ double median(std::vector<double> v) {
 struct Watch {
   vigil::torch::Monitor* monitor = nullptr;  // null for the bare model
   double cpu = 0;              // seconds of thread CPU in Monitor::activation
-  std::int64_t elements = 0;   // activation elements handed over
+  std::int64_t elements = 0;   // activation elements handed over (read or not)
   torch::Tensor operator()(std::string_view name, torch::Tensor h) {
     if (monitor) {
       const double c0 = thread_cpu_seconds();
@@ -239,7 +239,7 @@ void run_pair(benchmark::State& state, const vigil::CompileResult& rules, bool o
   state.counters["in_monitor_%"] = 100 * watched.monitor_wall / plain.wall;
   state.counters["in_monitor_cpu_%"] = 100 * watched.monitor_cpu / plain.cpu;
   state.counters["in_activation_cpu_%"] = 100 * watched.watch.cpu / plain.cpu;
-  state.counters["act_elems/step"] = static_cast<double>(watched.watch.elements) / n;
+  state.counters["act_elems_handed/step"] = static_cast<double>(watched.watch.elements) / n;
   state.counters["faults_bare"] = static_cast<double>(plain.faults) / n;
   state.counters["faults_watched"] = static_cast<double>(watched.faults) / n;
   state.counters["tensors/step"] =
