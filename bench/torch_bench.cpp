@@ -268,6 +268,17 @@ const vigil::CompileResult& loss_rule_only() {
   return rules;
 }
 
+// The recommended rules with the stats on the calling thread only. By
+// default the stats pool splits tensors >= 4 MiB over the cores
+// (StatsThreading); in a training process the model's own work keeps them
+// busy, and handing a gradient to a second thread can cost more than it saves.
+void run_pair_one_stats_thread(benchmark::State& state, const std::function<Trainee()>& make) {
+  const vigil::StatsThreading saved = vigil::stats_threading();
+  vigil::set_stats_threading({1, saved.min_bytes});
+  run_pair(state, recommended_rules(), true, make);
+  vigil::set_stats_threading(saved);
+}
+
 // The worst case: a CNN of 5.3 M parameters (three conv+ReLU+pool blocks,
 // 2048-2048-512-10 fully connected; CIFAR-sized 32x32x3 inputs, batch 32, SGD
 // with momentum) on four fixed batches of random images and labels, cycled.
@@ -327,7 +338,11 @@ void BM_Cnn5M_RecommendedRules(benchmark::State& s) { run_pair(s, recommended_ru
 void BM_Cnn5M_Every10Steps_OnlyDue(benchmark::State& s) { run_pair(s, sampled_rules(), true, make_cnn); }
 void BM_Cnn5M_Every10Steps_EveryStep(benchmark::State& s) { run_pair(s, sampled_rules(), false, make_cnn); }
 void BM_Cnn5M_LossRuleOnly(benchmark::State& s) { run_pair(s, loss_rule_only(), true, make_cnn); }
+void BM_Cnn5M_RecommendedRules_OneStatsThread(benchmark::State& s) {
+  run_pair_one_stats_thread(s, make_cnn);
+}
 BENCHMARK(BM_Cnn5M_RecommendedRules)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Cnn5M_RecommendedRules_OneStatsThread)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Cnn5M_Every10Steps_OnlyDue)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Cnn5M_Every10Steps_EveryStep)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Cnn5M_LossRuleOnly)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -445,7 +460,11 @@ void BM_Transformer7M_Every10Steps_EveryStep(benchmark::State& s) {
 void BM_Transformer7M_LossRuleOnly(benchmark::State& s) {
   run_pair(s, loss_rule_only(), true, make_transformer);
 }
+void BM_Transformer7M_RecommendedRules_OneStatsThread(benchmark::State& s) {
+  run_pair_one_stats_thread(s, make_transformer);
+}
 BENCHMARK(BM_Transformer7M_RecommendedRules)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Transformer7M_RecommendedRules_OneStatsThread)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Transformer7M_Every10Steps_OnlyDue)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Transformer7M_Every10Steps_EveryStep)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Transformer7M_LossRuleOnly)->Unit(benchmark::kMillisecond)->UseRealTime();
