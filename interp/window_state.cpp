@@ -498,15 +498,10 @@ void ExactSum::compact() {
   int e = -1;
   bool minus = false;
   if (hi_ >= lo_) {
-    // The magnitude's normalised digits (each in [0, 2^32)).
     std::int64_t neg[digits];
-    const std::int64_t* src = d_;
-    int top = hi_;
-    if (d_[hi_] < 0) {
-      top = negated(neg);
-      src = neg;
-      minus = true;
-    }
+    const std::int64_t* src;
+    int top;
+    minus = magnitude_digits(neg, src, top);
     e = std::max(0, 32 * lo_ - 64);
     if (32 * (top + 1) - e > 222) return;  // too wide: stays in the digits
     for (int i = lo_; i <= top; ++i) {
@@ -736,11 +731,23 @@ double ExactSum::exact_value() {
   if (fast_) return words_dd(a_, e_, false).hi;
   normalise();
   if (hi_ < lo_) return 0.0;
-  if (d_[hi_] > 0) return round_digits(d_, lo_, hi_);
-  // Negative: round the negated digits (normalised again) and negate.
   std::int64_t neg[digits];
-  const int top = negated(neg);
-  return -round_digits(neg, lo_, top);
+  const std::int64_t* src;
+  int top;
+  const bool minus = magnitude_digits(neg, src, top);
+  const double r = round_digits(src, lo_, top);
+  return minus ? -r : r;
+}
+
+bool ExactSum::magnitude_digits(std::int64_t* neg, const std::int64_t*& src, int& top) const {
+  if (d_[hi_] >= 0) {
+    src = d_;
+    top = hi_;
+    return false;
+  }
+  top = negated(neg);
+  src = neg;
+  return true;
 }
 
 int ExactSum::negated(std::int64_t* neg) const {
@@ -782,13 +789,9 @@ bool ExactSum::add_scaled_digits(ExactSum& other, std::int64_t m) {
   if (other.hi_ < other.lo_ || m == 0) return true;
   // |other| as non-negative normalised digits, its sign folded into m.
   std::int64_t neg[digits];
-  const std::int64_t* src = other.d_;
-  int top = other.hi_;
-  if (other.d_[top] < 0) {
-    top = other.negated(neg);
-    src = neg;
-    m = -m;
-  }
+  const std::int64_t* src;
+  int top;
+  if (other.magnitude_digits(neg, src, top)) m = -m;
   if (top + 2 >= digits) return false;
   const bool minus = m < 0;
   const auto um = static_cast<std::uint64_t>(minus ? -m : m);  // < 2^40
@@ -823,13 +826,9 @@ void ExactSum::exact_words(Words& out) {
   normalise();
   if (hi_ < lo_) return;
   std::int64_t neg[digits];
-  const std::int64_t* src = d_;
-  int top = hi_;
-  if (d_[hi_] < 0) {
-    top = negated(neg);
-    src = neg;
-    out.neg = true;
-  }
+  const std::int64_t* src;
+  int top;
+  out.neg = magnitude_digits(neg, src, top);
   // Digits lo_..top (each in [0, 2^32)), two to a word.
   const int count = top - lo_ + 1;
   out.len = (count + 1) / 2;

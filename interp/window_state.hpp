@@ -176,6 +176,10 @@ class ExactSum {
   void normalise();
   /// The negated digits, normalised, into `neg`; returns the top non-zero one.
   int negated(std::int64_t* neg) const;
+  /// The normalised digits' magnitude (each in [0, 2^32)): d_ itself, or
+  /// its negation written into `neg`; `top` its highest non-zero digit.
+  /// Returns whether the sum is negative. Precondition: normalised, non-zero.
+  bool magnitude_digits(std::int64_t* neg, const std::int64_t*& src, int& top) const;
   /// value() from the exact sum alone.
   double exact_value();
   /// Moves the fast form's anchor down to below bit `low` if the sum stays

@@ -33,6 +33,7 @@
 
 #include "interp/window_state.hpp"
 #include "stdlib/functions.hpp"
+#include "tests/reference/xorshift.hpp"
 
 namespace {
 
@@ -48,16 +49,7 @@ std::string fmt(double v) {
   return buf;
 }
 
-struct Rng {
-  std::uint64_t r;
-  std::uint64_t operator()() {
-    r ^= r << 13;
-    r ^= r >> 7;
-    r ^= r << 17;
-    return r;
-  }
-  double uniform() { return static_cast<double>((*this)() >> 11) / 9007199254740992.0; }
-};
+using Rng = vigil_test::Xorshift;
 
 /// The window's sums as a RunningWindow keeps them: exact Σx, Σx², Σd·x and
 /// their approximations (fed the same two-product halves), exact Σd, Σd².

@@ -38,6 +38,7 @@
 
 #include "interp/window_state.hpp"
 #include "stdlib/functions.hpp"
+#include "tests/reference/xorshift.hpp"
 #include "vigil/engine.hpp"
 #include "vigil/program.hpp"
 
@@ -446,16 +447,7 @@ RC_GTEST_PROP(OrderStatistics, RankSplitMatchesASortOfTheWindow, ()) {
   }
 }
 
-/// The xorshift stream the ExactSum properties draw their values from.
-struct Xorshift {
-  std::uint64_t r;
-  std::uint64_t operator()() {
-    r ^= r << 13;
-    r ^= r >> 7;
-    r ^= r << 17;
-    return r;
-  }
-};
+using vigil_test::Xorshift;
 
 /// A value built to be hard for an exact sum, in one of four styles (mixed
 /// with the others by `pick`): sums at or next to a halfway point between
