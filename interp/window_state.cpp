@@ -1137,7 +1137,10 @@ double big_round(const Big& b) {
       r = std::ldexp(static_cast<double>(b.w[0]), b.exp);
     } else {
       const int from = static_cast<int>(rel);
-      std::uint64_t m = bits_at(b, from) & ((std::uint64_t{1} << (t - from + 1)) - 1);
+      // The bits kept: none when the number lies wholly below the smallest
+      // subnormal's bit (it rounds to 0 or to 2^-1074 then).
+      const int kept = t - from + 1;
+      std::uint64_t m = kept > 0 ? bits_at(b, from) & ((std::uint64_t{1} << kept) - 1) : 0;
       const bool guard = ((bits_at(b, from - 1)) & 1) != 0;
       const bool sticky = any_below(b, from - 1);
       if (guard && (sticky || (m & 1) != 0)) ++m;

@@ -27,6 +27,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -282,6 +283,26 @@ TEST(MomentReadOut, MetricWindowsStayOnTheFastPath) {
     EXPECT_EQ(d.run.exact_live(0), kind == RunKind::zscore);
     EXPECT_FALSE(d.run.exact_live(1));
   }
+}
+
+// n·Σx² - (Σx)² whose top bit lies below the smallest subnormal's (the
+// product (Σx)² reaches 2^-2148): the exact read-out's rounding keeps no bit
+// and rounds by the guard and sticky bits alone. It shifted by a negative
+// count there (UBSan found it on a random window of tiny values).
+TEST(MomentReadOut, ExactReadOutBelowTheSubnormalsRounds) {
+  auto moment = [](std::initializer_list<double> xs) {
+    ExactSum s1, s2;
+    for (double x : xs) {
+      s1.add(x);
+      s2.add_square(x);
+    }
+    return vigil::interp::exact_n2_moment(s1, s2, static_cast<double>(xs.size()));
+  };
+  // Squares below 2^-1074 do not reach Σx² (the exact sums hold multiples
+  // of 2^-1074), (Σx)² = 9e-600 does: M is a tiny negative, rounded to 0.
+  EXPECT_EQ(moment({1e-300, 2e-300}), 0.0);
+  // {0, x} with x² = 2^-1074 exactly: one bit kept.
+  EXPECT_EQ(moment({0.0, std::ldexp(1.0, -537)}), std::ldexp(1.0, -1074));
 }
 
 // A hard stretch (1e6 ± 1e-3: every read-out exact, the sums maintained
