@@ -897,6 +897,18 @@ namespace {
   a.err += (std::abs(w1) + std::abs(w2)) * 0x1p-52;
   ++a.ops;
 }
+/// A sample v entering (Add) or leaving a pair of approximated sums: Σv
+/// and the sum of the exact term t (v², or d·v), given as its two-product.
+template <bool Add>
+[[gnu::always_inline]] inline void approx_move(ApproxSum* a, double v, DoubleDouble t) {
+  if constexpr (Add) {
+    approx_add(a[0], v);
+    approx_add2(a[1], t.hi, t.lo);
+  } else {
+    approx_add(a[0], -v);
+    approx_add2(a[1], -t.hi, -t.lo);
+  }
+}
 }  // namespace
 
 void ApproxSum::add(double x) { approx_add(*this, x); }
@@ -1623,14 +1635,7 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
           if constexpr (Add) sums_[1].add_square(v);
           else sums_[1].remove_square(v);
         }
-        const DoubleDouble sq = two_prod(v, v);
-        if constexpr (Add) {
-          approx_add(approx_[0], v);
-          approx_add2(approx_[1], sq.hi, sq.lo);
-        } else {
-          approx_add(approx_[0], -v);
-          approx_add2(approx_[1], -sq.hi, -sq.lo);
-        }
+        approx_move<Add>(approx_, v, two_prod(v, v));
       }
       break;
     case RunKind::slope:
@@ -1647,14 +1652,7 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
           if constexpr (Add) sums_[1].add_product(d, v);
           else sums_[1].remove_product(d, v);
         }
-        const DoubleDouble p = two_prod(static_cast<double>(d), v);
-        if constexpr (Add) {
-          approx_add(approx_[0], v);
-          approx_add2(approx_[1], p.hi, p.lo);
-        } else {
-          approx_add(approx_[0], -v);
-          approx_add2(approx_[1], -p.hi, -p.lo);
-        }
+        approx_move<Add>(approx_, v, two_prod(static_cast<double>(d), v));
       }
       break;
     default: break;
