@@ -301,6 +301,7 @@ class TensorBoardReader final : public TraceReader {
     std::uint32_t count_mode;  // mode (its ModeId, < 4) << 30 | count
     [[nodiscard]] std::uint32_t count() const { return count_mode & ((1u << 30) - 1); }
     [[nodiscard]] std::uint32_t mode() const { return count_mode >> 30; }
+    static std::uint32_t pack(std::uint32_t mode, std::uint32_t count) { return mode << 30 | count; }
   };
 
   bool finish() {
@@ -480,13 +481,16 @@ class TensorBoardReader final : public TraceReader {
     if (v.kind != tb::WireValue::Kind::simple || v.has_metadata || v.tag.empty()) return false;
     const std::uint32_t name = keys_->find(v.tag);
     if (name == trace_io::KeyTable::kNone) return false;
-    std::uint32_t mode = tag_modes_[name];
-    if (mode == kUnknown) {
-      if (f.dir_mode_id == kUnknown) f.dir_mode_id = f.dir_mode.empty() ? 0 : modes_->intern(f.dir_mode);
-      mode = f.dir_mode_id;
-    }
-    queue_.push_back(Pending{event_.step, event_.wall_time, v.simple, name, mode << 30 | 1u});
+    queue_.push_back(Pending{event_.step, event_.wall_time, v.simple, name, Pending::pack(mode_of(f, name), 1)});
     return true;
+  }
+
+  // The mode of series `name` read from file `f`: its tag's, else the
+  // file's directory's (interned when first needed).
+  std::uint32_t mode_of(EventFile& f, std::uint32_t name) {
+    if (const std::uint32_t mode = tag_modes_[name]; mode != kUnknown) return mode;
+    if (f.dir_mode_id == kUnknown) f.dir_mode_id = f.dir_mode.empty() ? 0 : modes_->intern(f.dir_mode);
+    return f.dir_mode_id;
   }
 
   // A series name's id, and the mode its tag implies (kUnknown: none).
@@ -517,13 +521,7 @@ class TensorBoardReader final : public TraceReader {
       }
       if (!x || v.tag.empty()) continue;
       const std::uint32_t name = tag_ids_[i] != kUnknown ? tag_ids_[i] : intern_tag(v.tag);
-      std::uint32_t mode = tag_modes_[name];
-      if (mode == kUnknown) {
-        if (f.dir_mode_id == kUnknown)
-          f.dir_mode_id = f.dir_mode.empty() ? 0 : modes_->intern(f.dir_mode);
-        mode = f.dir_mode_id;
-      }
-      scratch_.push_back({mode, name, *x});
+      scratch_.push_back({mode_of(f, name), name, *x});
     }
     // Group by mode in order of first appearance (nearly always one mode).
     for (std::size_t i = 0; i < scratch_.size(); ++i) {
@@ -532,7 +530,7 @@ class TensorBoardReader final : public TraceReader {
       std::size_t n = 0;
       for (std::size_t j = i; j < scratch_.size(); ++j) n += scratch_[j].mode == mode;
       Pending p{event_.step, time, scratch_[i].value, scratch_[i].name,
-                mode << 30 | static_cast<std::uint32_t>(n)};
+                Pending::pack(mode, static_cast<std::uint32_t>(n))};
       if (n == 1) {
         scratch_[i].mode = kTaken;
       } else {
