@@ -1,5 +1,6 @@
 // Running windows (see window_state.hpp): the exact accumulator, the
-// monotonic deque, the two-heap order statistics, and the per-function update
+// monotonic deque, the two-heap and the sorted-block order statistics, and the
+// per-function update
 // and read-out. Must not touch anything but its arguments.
 #include "interp/window_state.hpp"
 
@@ -10,6 +11,10 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace vigil::interp {
 
@@ -1454,6 +1459,214 @@ double RunningWindow::RankSplit::quantile(double q, std::uint64_t lo, const Hist
   return at_r + (at - static_cast<double>(r)) * (value(high[0]) - at_r);
 }
 
+// ---- OrderBlocks ---------------------------------------------------------------
+
+namespace {
+
+/// How many of a[0, len) are below v (Upper: not above v); len even. NaN
+/// (an unused slot) is neither. Branch-free, two values per compare: a
+/// block is scanned at the speed of its loads instead of one mispredicted
+/// branch per level of a binary search.
+template <bool Upper>
+std::size_t count_below(const double* a, std::size_t len, double v) {
+#if defined(__SSE2__)
+  const __m128d x = _mm_set1_pd(v);
+  __m128i acc = _mm_setzero_si128();
+  for (std::size_t i = 0; i < len; i += 2) {
+    const __m128d y = _mm_loadu_pd(a + i);
+    const __m128d m = Upper ? _mm_cmple_pd(y, x) : _mm_cmplt_pd(y, x);
+    acc = _mm_sub_epi64(acc, _mm_castpd_si128(m));  // a true lane is -1
+  }
+  return static_cast<std::size_t>(_mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc)));
+#else
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < len; ++i) k += Upper ? a[i] <= v : a[i] < v;
+  return k;
+#endif
+}
+
+std::size_t even(std::size_t n) { return (n + 1) & ~std::size_t{1}; }
+
+}  // namespace
+
+void OrderBlocks::clear() {
+  // Every slot back to NaN (the scans count whole pairs), ids back to free.
+  for (std::size_t j = 0; j < nb_; ++j) {
+    std::fill_n(block(j), count_[j], nan);
+    free_.push_back(id_[j]);
+    last_[j] = nan;
+  }
+  std::fill_n(group_last_.data(), groups_, nan);
+  nb_ = groups_ = n_ = 0;
+  cursor_[0] = cursor_[1] = Cursor{};
+}
+
+void OrderBlocks::reserve(std::size_t values) {
+  // At most 8n/(3C) + 1 blocks, and one more while a full block splits.
+  const std::size_t want = 8 * values / (3 * C) + 2 + G;
+  if (want <= capacity_) return;
+  const std::size_t cap = (std::max(want, 2 * capacity_) + G - 1) / G * G;
+  pool_.resize(cap * C, nan);
+  free_.reserve(cap);
+  for (std::size_t b = cap; b-- > capacity_;) free_.push_back(static_cast<std::uint32_t>(b));
+  id_.resize(cap);
+  count_.resize(cap);
+  last_.resize(cap, nan);
+  group_last_.resize(cap / G + 2, nan);  // + 2: the scan reads whole pairs
+  capacity_ = cap;
+}
+
+template <bool Upper>
+std::size_t OrderBlocks::find_block(double v) const {
+  // The first group whose last value is above v (Upper) / not below it,
+  // then the first such block in it: both scans over last values in order.
+  const std::size_t g = count_below<Upper>(group_last_.data(), even(groups_), v);
+  if (g >= groups_) return nb_;
+  return G * g + count_below<Upper>(last_.data() + G * g, G, v);
+}
+
+void OrderBlocks::set_last(std::size_t j, double v) {
+  last_[j] = v;
+  if (j % G == G - 1 || j + 1 == nb_) group_last_[j / G] = v;
+}
+
+void OrderBlocks::regroup(std::size_t from_group) {
+  const std::size_t groups = (nb_ + G - 1) / G;
+  for (std::size_t g = from_group; g < std::max(groups, groups_); ++g)
+    group_last_[g] = g < groups ? last_[std::min(nb_, G * g + G) - 1] : nan;
+  groups_ = groups;
+}
+
+void OrderBlocks::insert(double v) {
+  if (nb_ == 0) {
+    id_[0] = free_.back();
+    free_.pop_back();
+    count_[0] = 0;
+    nb_ = 1;
+    regroup(0);
+  }
+  // After every value equal to v: in the first block whose last is above
+  // v, else at the very end.
+  const std::size_t j = std::min(find_block<true>(v), nb_ - 1);
+  double* b = block(j);
+  const std::size_t c = count_[j];
+  const std::size_t pos = count_below<true>(b, even(c), v);
+  std::memmove(b + pos + 1, b + pos, (c - pos) * sizeof(double));
+  b[pos] = v;
+  count_[j] = static_cast<std::uint32_t>(c + 1);
+  if (pos == c) set_last(j, v);
+  ++n_;
+  for (auto& cu : cursor_) cu.before += j < cu.j;
+  if (c + 1 == C) split(j);
+}
+
+void OrderBlocks::split(std::size_t j) {
+  const std::uint32_t fresh = free_.back();
+  free_.pop_back();
+  const std::size_t tail = nb_ - j - 1;
+  std::memmove(&id_[j + 2], &id_[j + 1], tail * sizeof id_[0]);
+  std::memmove(&count_[j + 2], &count_[j + 1], tail * sizeof count_[0]);
+  std::memmove(&last_[j + 2], &last_[j + 1], tail * sizeof last_[0]);
+  ++nb_;
+  id_[j + 1] = fresh;
+  double* b = block(j);
+  std::memcpy(block(j + 1), b + C / 2, C / 2 * sizeof(double));
+  std::fill_n(b + C / 2, C / 2, nan);
+  count_[j] = count_[j + 1] = C / 2;
+  last_[j + 1] = last_[j];
+  last_[j] = b[C / 2 - 1];
+  regroup(j / G);
+  for (auto& cu : cursor_) cu.j += j < cu.j;  // the values before it are the same
+  // A small neighbour next to a half block: keep every pair above 3C/4.
+  rebalance(j + 1);
+  rebalance(j);
+}
+
+void OrderBlocks::erase(double v) {
+  // The first value equal to v: in the first block whose last is not below v.
+  const std::size_t j = find_block<false>(v);
+  double* b = block(j);
+  const std::size_t c = count_[j];
+  const std::size_t pos = count_below<false>(b, even(c), v);
+  std::memmove(b + pos, b + pos + 1, (c - pos - 1) * sizeof(double));
+  b[c - 1] = nan;
+  count_[j] = static_cast<std::uint32_t>(c - 1);
+  if (pos == c - 1 && c > 1) set_last(j, b[c - 2]);
+  --n_;
+  for (auto& cu : cursor_) cu.before -= j < cu.j;
+  rebalance(j);
+}
+
+void OrderBlocks::rebalance(std::size_t j) {
+  // A merged block holds at most 3C/4 (< C: it never splits again at once);
+  // a pair of neighbours only grows by a merge next to it, so looping over
+  // the block that absorbed restores the invariant.
+  auto small = [&](std::size_t a) {
+    return count_[a] == 0 || count_[a + 1] == 0 || count_[a] + count_[a + 1] <= 3 * C / 4;
+  };
+  while (nb_ > 1) {
+    if (j + 1 < nb_ && small(j)) {
+      merge(j);
+    } else if (j > 0 && small(j - 1)) {
+      merge(j - 1);
+      --j;
+    } else {
+      break;
+    }
+  }
+}
+
+void OrderBlocks::merge(std::size_t m) {
+  double* a = block(m);
+  double* b = block(m + 1);
+  const std::size_t cm = count_[m], cb = count_[m + 1];
+  std::memcpy(a + cm, b, cb * sizeof(double));
+  std::fill_n(b, cb, nan);
+  count_[m] = static_cast<std::uint32_t>(cm + cb);
+  if (cb != 0) last_[m] = last_[m + 1];
+  free_.push_back(id_[m + 1]);
+  const std::size_t tail = nb_ - m - 2;
+  std::memmove(&id_[m + 1], &id_[m + 2], tail * sizeof id_[0]);
+  std::memmove(&count_[m + 1], &count_[m + 2], tail * sizeof count_[0]);
+  std::memmove(&last_[m + 1], &last_[m + 2], tail * sizeof last_[0]);
+  --nb_;
+  last_[nb_] = nan;
+  regroup(m / G);
+  for (auto& cu : cursor_) {
+    if (cu.j == m + 1) {
+      cu.j = m;
+      cu.before -= cm;
+    } else if (cu.j > m + 1) {
+      --cu.j;
+    }
+  }
+}
+
+double OrderBlocks::at(Cursor& c, std::size_t r) {
+  // From where the cursor was: the rank moved by a few values at most.
+  while (r < c.before) {
+    --c.j;
+    c.before -= count_[c.j];
+  }
+  while (r >= c.before + count_[c.j]) {
+    c.before += count_[c.j];
+    ++c.j;
+  }
+  return block(c.j)[r - c.before];
+}
+
+double OrderBlocks::quantile(int which, double q) {
+  if (n_ == 0 || std::isnan(q) || q < 0 || q > 1) return nan;
+  Cursor& c = cursor_[which];
+  const double at_q = (static_cast<double>(n_) - 1) * q;
+  const auto r = static_cast<std::size_t>(std::floor(at_q));
+  const double at_r = at(c, r);
+  if (r + 1 >= n_ || at_q == static_cast<double>(r)) return at_r;
+  const std::size_t i = r + 1 - c.before;
+  const double next = i < count_[c.j] ? block(c.j)[i] : block(c.j + 1)[0];
+  return at_r + (at_q - static_cast<double>(r)) * (next - at_r);
+}
+
 // ---- RunningWindow ------------------------------------------------------------
 
 void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, std::uint64_t hi) {
@@ -1482,7 +1695,8 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
   keep_exact_ = exact_before_ = false;
   deque_.clear();
   // The heaps keep their capacity: clear() then re-inserting allocates nothing.
-  for (auto& s : split_) s.clear();
+  split_.clear();
+  blocks_.clear();
   reserve_splits(kind, hi - lo);
   for (std::uint64_t k = lo; k < hi; ++k) move<true>(kind, h, k);
 }
@@ -1613,14 +1827,12 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
       break;  // deques expire lazily
     case RunKind::median:
     case RunKind::quantile:
-      if constexpr (Add) split_[0].insert(v, k);
-      else split_[0].erase(v, k, lo_);
+      if constexpr (Add) split_.insert(v, k);
+      else split_.erase(v, k, lo_);
       break;
     case RunKind::iqr_outlier:
-      for (auto& s : split_) {
-        if constexpr (Add) s.insert(v, k);
-        else s.erase(v, k, lo_);
-      }
+      if constexpr (Add) blocks_.insert(v);
+      else blocks_.erase(v);
       break;
     case RunKind::sum:
     case RunKind::mean:
@@ -1714,9 +1926,9 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       const double var = variance_of(src, n, vchange_ <= lo_, exact_readouts_);
       return kind == RunKind::var ? var : std::sqrt(var);
     }
-    case RunKind::median: return nans_ ? nan : split_[0].quantile(0.5, lo_, h);
+    case RunKind::median: return nans_ ? nan : split_.quantile(0.5, lo_, h);
     case RunKind::quantile:
-      return nans_ ? nan : split_[0].quantile(consts[0], lo_, h);
+      return nans_ ? nan : split_.quantile(consts[0], lo_, h);
     case RunKind::delta:
       if (nans_) return nan;
       return newest() - h.value[h.phys(lo_)];
@@ -1745,7 +1957,7 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     case RunKind::iqr_outlier: {
       const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
-      const double q1 = split_[0].quantile(0.25, lo_, h), q3 = split_[1].quantile(0.75, lo_, h);
+      const double q1 = blocks_.quantile(0, 0.25), q3 = blocks_.quantile(1, 0.75);
       const double iqr = q3 - q1;
       return (latest < q1 - consts[0] * iqr || latest > q3 + consts[0] * iqr) ? 1 : 0;
     }

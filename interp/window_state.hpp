@@ -270,6 +270,69 @@ struct OrderNode {
   std::uint64_t k;    // sample number
 };
 
+/// All order statistics of the window (NaN aside) at once, for
+/// iqr_outlier's two quartiles: the values themselves, sorted by (value,
+/// age) in blocks of at most C, a directory of the blocks' counts and last
+/// values (and every G-th of those, so a search scans ~nb/G + G + a block
+/// with SIMD compares instead of a branchy binary search), and one rank
+/// cursor per quantile (a block and the count before it), which moves by
+/// at most a block per change. Ties keep insertion order (a value goes
+/// after its equals; a leaving value, the window's oldest, is the first of
+/// its equals), so the doubles stored are the samples' own, a zero's sign
+/// included, and the order is (value, sample number) without storing the
+/// sample number. Costs: an insertion or a removal is two short scans and
+/// a move within one block (O(W/(G·C) + G + C), a few hundred bytes);
+/// a quantile read is O(1) amortised. Two heaps cost less per quantile
+/// (median, quantile), but one of these costs less than two splits.
+///
+/// Blocks split at C into halves and merge while two neighbours hold at
+/// most 3C/4 (or one is empty), so any two neighbours hold more than 3C/4:
+/// at most 8n/(3C) + 1 blocks. Room is reserved for a window as it first
+/// reaches each size (doubling): no allocation once it stops growing.
+/// Unused slots hold NaN, which no comparison counts.
+class OrderBlocks {
+ public:
+  static constexpr std::size_t C = 64;  // values per block, at most
+  static constexpr std::size_t G = 8;   // blocks per directory group
+  [[nodiscard]] std::size_t size() const { return n_; }
+  /// Blocks in use (tests: at most 8·size()/(3C) + 1).
+  [[nodiscard]] std::size_t blocks() const { return nb_; }
+  void clear();
+  /// Room for a window of `values` values.
+  void reserve(std::size_t values);
+  /// v goes after every value equal to it (it is the window's newest).
+  void insert(double v);
+  /// Removes the first value equal to v (the window's oldest sample, of
+  /// value v, is the first of its equals). Precondition: v is held.
+  void erase(double v);
+  /// stdlib's quantile_of over the values, read with cursor `c` (0 or 1).
+  [[nodiscard]] double quantile(int c, double q);
+
+ private:
+  struct Cursor {
+    std::size_t j = 0, before = 0;  // a block, and the values in blocks before it
+  };
+  double* block(std::size_t j) { return pool_.data() + static_cast<std::size_t>(id_[j]) * C; }
+  template <bool Upper>
+  [[nodiscard]] std::size_t find_block(double v) const;
+  void set_last(std::size_t j, double v);
+  void regroup(std::size_t from_group);
+  void split(std::size_t j);
+  /// Merges block m + 1 into m.
+  void merge(std::size_t m);
+  /// Merges around block j while two neighbours hold at most 3C/4 or one is empty.
+  void rebalance(std::size_t j);
+  [[nodiscard]] double at(Cursor& c, std::size_t r);
+
+  std::vector<double> pool_;          // block b: pool_[b·C, b·C + C)
+  std::vector<std::uint32_t> free_;   // unused block ids
+  std::vector<std::uint32_t> id_, count_;  // the directory, in order
+  std::vector<double> last_;          // each block's last value (NaN past nb_)
+  std::vector<double> group_last_;    // last_ of each group's last block (NaN past)
+  std::size_t nb_ = 0, groups_ = 0, n_ = 0, capacity_ = 0;
+  Cursor cursor_[2];
+};
+
 /// The running state of one range function over one history.
 class RunningWindow {
  public:
@@ -391,12 +454,11 @@ class RunningWindow {
   /// has needed them for four window lengths.
   void relax_exact();
   /// Values held by the order statistics (NaN aside).
-  [[nodiscard]] std::size_t sorted_values() const { return split_[0].size(); }
+  [[nodiscard]] std::size_t sorted_values() const { return split_.size() + blocks_.size(); }
   /// Room in the order statistics of `kind` (if any) for `values` values.
   void reserve_splits(RunKind kind, std::size_t values) {
-    if (kind == RunKind::median || kind == RunKind::quantile || kind == RunKind::iqr_outlier)
-      split_[0].reserve(values);
-    if (kind == RunKind::iqr_outlier) split_[1].reserve(values);
+    if (kind == RunKind::median || kind == RunKind::quantile) split_.reserve(values);
+    if (kind == RunKind::iqr_outlier) blocks_.reserve(values);
   }
   /// Adds (Add) or removes sample k: one template, as both touch the same
   /// counts and sums with opposite signs.
@@ -425,7 +487,8 @@ class RunningWindow {
   std::uint64_t rebuilt_hi_ = 0;  // hi_ at the last on-demand rebuild
   std::uint64_t needed_hi_ = 0;   // hi_ when a read-out last needed the exact sums
   Deque deque_;
-  RankSplit split_[2];  // median/quantile: [0]; iqr_outlier: q1 [0], q3 [1]
+  RankSplit split_;      // median/quantile
+  OrderBlocks blocks_;   // iqr_outlier: q1 (cursor 0) and q3 (cursor 1)
 };
 
 }  // namespace vigil::interp

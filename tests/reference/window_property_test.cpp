@@ -449,6 +449,95 @@ RC_GTEST_PROP(OrderStatistics, RankSplitMatchesASortOfTheWindow, ()) {
 
 using vigil_test::Xorshift;
 
+// The sorted blocks of iqr_outlier (interp::OrderBlocks) driven directly,
+// both cursors read at independent quantiles: values with many ties, both
+// zeros and both infinities slide through windows of 1 to 6,000 (blocks
+// split, merge, empty and regroup), sometimes cleared and refilled as a
+// rebuild does. Every quantile must be bit-identical to a stable sort of
+// the window (the sign of a zero among tied zeros included), and the block
+// count must stay within its bound.
+RC_GTEST_PROP(OrderStatistics, OrderBlocksMatchASortOfTheWindow, ()) {
+  const int n = *rc::gen::inRange(1, 9000);
+  const int palette = *rc::gen::inRange(0, 3);  // 0: few values (ties), 1: spread, 2: mixed
+  Xorshift next{*rc::gen::arbitrary<std::uint64_t>() | 1};
+  const double few[] = {0.0, -0.0, 1.0, -1.0, 2.5, INFINITY, -INFINITY};
+  std::vector<double> values;
+  for (int i = 0; i < n; ++i) {
+    const auto pick = next() % 1000;
+    if (palette == 0 || (palette == 2 && pick < 500))
+      values.push_back(few[next() % 7]);
+    else
+      values.push_back(static_cast<double>(static_cast<std::int64_t>(next() % 2000001) - 1000000) / 1000.0);
+  }
+  const double qs[] = {0, 1, 0.25, 0.75, 0.5, 0.01, 0.999};
+  auto pick_q = [&] {
+    return next() % 2 ? qs[next() % 7] : static_cast<double>(next() % 1000001) / 1e6;
+  };
+  auto widths = [&]() -> std::size_t {
+    switch (next() % 4) {
+      case 0: return 1;
+      case 1: return 1 + next() % 40;
+      default: return 1 + next() % 6000;
+    }
+  };
+  vigil::interp::OrderBlocks blocks;
+  std::size_t lo = 0, width = widths();
+  for (std::size_t hi = 1; hi <= values.size(); ++hi) {
+    blocks.reserve(hi - lo);
+    blocks.insert(values[hi - 1]);
+    while (hi - lo > width) blocks.erase(values[lo++]);
+    const auto how = next() % 100;
+    if (how < 2) width = widths();
+    if (how == 2) {  // as a rebuild: cleared, the window inserted again
+      blocks.clear();
+      for (std::size_t k = lo; k < hi; ++k) blocks.insert(values[k]);
+    }
+    RC_ASSERT(blocks.size() == hi - lo);
+    RC_ASSERT(blocks.blocks() <= 8 * blocks.size() / (3 * vigil::interp::OrderBlocks::C) + 1);
+    if (how > 2 && next() % 8 != 0) continue;
+    const std::vector<double> w(values.begin() + static_cast<std::ptrdiff_t>(lo),
+                                values.begin() + static_cast<std::ptrdiff_t>(hi));
+    for (int c = 0; c < 2; ++c) {
+      const double q = pick_q();
+      const double got = blocks.quantile(c, q), want = sorted_quantile(w, q);
+      if (!same_bits(got, want))
+        RC_FAIL("cursor " + std::to_string(c) + " at q " + fmt17(q) + " over [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + "): " + fmt17(got) + " vs sorted " + fmt17(want));
+    }
+  }
+}
+
+// A long window: 50,000 values sliding over 200,000 (a trend, a random walk
+// and noise with ties), both quartiles read at every step (the cursors move
+// a little at a time, as in a replay) and checked against a sort now and then.
+TEST(OrderStatistics, OrderBlocksOverALongWindow) {
+  Xorshift next{14};
+  std::vector<double> values;
+  double walk = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const double noise = static_cast<double>(next() % 2001) / 1000.0 - 1.0;
+    walk += noise;
+    const int part = i / 70000;
+    values.push_back(part == 0 ? 1e4 - 0.1 * i + noise : part == 1 ? walk : std::round(noise * 4) / 4);
+  }
+  vigil::interp::OrderBlocks blocks;
+  const std::size_t width = 50000;
+  std::size_t lo = 0;
+  for (std::size_t hi = 1; hi <= values.size(); ++hi) {
+    blocks.reserve(hi - lo);
+    blocks.insert(values[hi - 1]);
+    if (hi - lo > width) blocks.erase(values[lo++]);
+    const double q1 = blocks.quantile(0, 0.25), q3 = blocks.quantile(1, 0.75);
+    if (hi % 9973 != 0) continue;
+    const std::vector<double> w(values.begin() + static_cast<std::ptrdiff_t>(lo),
+                                values.begin() + static_cast<std::ptrdiff_t>(hi));
+    EXPECT_TRUE(same_bits(q1, sorted_quantile(w, 0.25))) << hi;
+    EXPECT_TRUE(same_bits(q3, sorted_quantile(w, 0.75))) << hi;
+    EXPECT_LE(blocks.blocks(), 8 * blocks.size() / (3 * vigil::interp::OrderBlocks::C) + 1);
+  }
+}
+
+
 /// A value built to be hard for an exact sum, in one of four styles (mixed
 /// with the others by `pick`): sums at or next to a halfway point between
 /// doubles (1 and 2 with their half-ulps, 2^-53 and 2^-54, and crumbs far
