@@ -580,7 +580,9 @@ BENCHMARK(BM_CountOverCondition_HandWritten<true>)->Name("BM_CountOverCondition_
 // samples (or steps, or seconds): the cost of the whole replay against the
 // same replay with a plain threshold rule (BM_Window/threshold), in the same
 // run. Values: a noisy decaying loss with ties (quantised now and then) and
-// a rare spike, one observation per step, one second apart.
+// a rare spike, one observation per step, one second apart; the `_walk`
+// cases (engine alone) a random walk with the same ties instead, whose
+// window neither trends one way nor stays put.
 constexpr int window_trace_steps = 100000;
 
 struct WindowCase {
@@ -589,6 +591,7 @@ struct WindowCase {
   const char* window;  // "10000", "10000 steps", "10000s"
   const char* arg;     // a constant argument ("" : none)
   const char* test;    // what the value is compared with to fire (rarely; "": a condition)
+  bool walk = false;   // over the random walk (BM_Window only)
 };
 
 const std::vector<WindowCase>& window_cases() {
@@ -612,6 +615,8 @@ const std::vector<WindowCase>& window_cases() {
       {"mean_steps", "mean", "10000 steps", "", "> 100"},
       {"max_seconds", "max", "10000s", "", "> 100"},
       {"median_seconds", "median", "10000s", "", "> 100"},
+      {"median_walk", "median", "10000", "", "> 1000", true},
+      {"iqr_outlier_walk", "iqr_outlier", "10000", "30", "", true},
   };
   return cases;
 }
@@ -631,7 +636,23 @@ std::string window_rule(const WindowCase& c) {
   return fmt::format("rule r: when {} {} do log\n", window_call(c), c.test);
 }
 
-const std::vector<double>& window_trace() {
+const std::vector<double>& random_walk_trace() {
+  static const std::vector<double> v = [] {
+    std::mt19937_64 rng(15);
+    std::normal_distribution<double> noise(0, 0.05);
+    std::vector<double> out(window_trace_steps);
+    double x = 3.0;
+    for (int i = 0; i < window_trace_steps; ++i) {
+      x += noise(rng);
+      out[static_cast<std::size_t>(i)] = i % 7 == 0 ? std::round(x * 10) / 10 : x;  // ties
+    }
+    return out;
+  }();
+  return v;
+}
+
+const std::vector<double>& window_trace(bool walk = false) {
+  if (walk) return random_walk_trace();
   static const std::vector<double> v = [] {
     std::mt19937_64 rng(14);
     std::normal_distribution<double> noise(0, 0.05);
@@ -655,10 +676,10 @@ vigil::EngineOptions record_options() {
 
 /// Replays the trace through `program`; calls `each(i, firings)` per step.
 template <class Each>
-void replay_window_trace(const vigil::Program& program, Each each) {
+void replay_window_trace(const vigil::Program& program, Each each, bool walk = false) {
   vigil::Engine engine(program, record_options());
   const auto id = *engine.series("loss");
-  const auto& v = window_trace();
+  const auto& v = window_trace(walk);
   for (int i = 0; i < window_trace_steps; ++i) {
     const vigil::Sample s{id, v[static_cast<std::size_t>(i)]};
     each(i, engine.observe(i, {&s, 1}, {.mode = "train", .time = 1000.0 + i}));
@@ -680,9 +701,12 @@ bool window_case_agrees(const WindowCase& c, std::string& why) {
   const std::string f = window_call(c);
   const auto program = compile_or_die("rule r: when " + f + " == " + f + " cooldown 1 samples do log\n");
   std::vector<double> got(window_trace_steps, std::nan(""));
-  replay_window_trace(program, [&](int i, std::span<const vigil::Firing> fs) {
-    if (!fs.empty() && fs[0].value) got[static_cast<std::size_t>(i)] = *fs[0].value;
-  });
+  replay_window_trace(
+      program,
+      [&](int i, std::span<const vigil::Firing> fs) {
+        if (!fs.empty() && fs[0].value) got[static_cast<std::size_t>(i)] = *fs[0].value;
+      },
+      c.walk);
   const bool condition = std::string_view(c.name) == "count_over_condition";
   const vigil::stdlib::FunctionDef* def = nullptr;
   for (const auto* d : vigil::stdlib::standard_functions().lookup(c.fn))
@@ -693,7 +717,7 @@ bool window_case_agrees(const WindowCase& c, std::string& why) {
   const std::string_view fn = c.fn;
   const bool exact = fn != "sum" && fn != "mean" && fn != "var" && fn != "std" &&
                      fn != "slope" && fn != "zscore";
-  const auto& v = window_trace();
+  const auto& v = window_trace(c.walk);
   std::vector<double> values(10000), scratch(20000);
   std::vector<std::int64_t> steps(10000);
   // One sample per step and per second: every window kind holds the newest 10,000.
@@ -726,7 +750,7 @@ void BM_Window(benchmark::State& state, const WindowCase* c) {
   const auto program = compile_or_die(window_rule(*c));
   std::size_t firings = 0;
   for (auto _ : state)
-    replay_window_trace(program, [&](int, std::span<const vigil::Firing> fs) { firings += fs.size(); });
+    replay_window_trace(program, [&](int, std::span<const vigil::Firing> fs) { firings += fs.size(); }, c->walk);
   benchmark::DoNotOptimize(firings);
   state.SetItemsProcessed(state.iterations() * window_trace_steps);
   state.counters["firings"] = static_cast<double>(firings) / static_cast<double>(state.iterations());
@@ -861,8 +885,9 @@ const bool window_benchmarks_registered = [] {
     benchmark::RegisterBenchmark(("BM_Window/" + std::string(c.name)).c_str(), BM_Window, &c)
         ->Unit(benchmark::kMillisecond);
   for (const auto& c : window_cases())
-    benchmark::RegisterBenchmark(("BM_WindowTrace/" + std::string(c.name)).c_str(), BM_WindowTrace, &c)
-        ->Unit(benchmark::kMillisecond);
+    if (!c.walk)
+      benchmark::RegisterBenchmark(("BM_WindowTrace/" + std::string(c.name)).c_str(), BM_WindowTrace, &c)
+          ->Unit(benchmark::kMillisecond);
   return true;
 }();
 

@@ -274,7 +274,7 @@ struct OrderNode {
 /// iqr_outlier's two quartiles: the values themselves, sorted by (value,
 /// age) in blocks of at most C, a directory of the blocks' counts and last
 /// values (and every G-th of those, so a search scans ~nb/G + G + a block
-/// with SIMD compares instead of a branchy binary search), and one rank
+/// with SIMD compares instead of branchy binary searches), and one rank
 /// cursor per quantile (a block and the count before it), which moves by
 /// at most a block per change. Ties keep insertion order (a value goes
 /// after its equals; a leaving value, the window's oldest, is the first of
@@ -293,13 +293,17 @@ struct OrderNode {
 class OrderBlocks {
  public:
   static constexpr std::size_t C = 64;  // values per block, at most
-  static constexpr std::size_t G = 8;   // blocks per directory group
+  static constexpr std::size_t G = 16;  // blocks per directory group
   [[nodiscard]] std::size_t size() const { return n_; }
   /// Blocks in use (tests: at most 8·size()/(3C) + 1).
   [[nodiscard]] std::size_t blocks() const { return nb_; }
   void clear();
-  /// Room for a window of `values` values.
-  void reserve(std::size_t values);
+  /// Room for a window of `values` values: at most 8n/(3C) + 1 blocks,
+  /// and one more while a full block splits.
+  void reserve(std::size_t values) {
+    const std::size_t want = 8 * values / (3 * C) + 2 + G;
+    if (want > capacity_) grow(want);
+  }
   /// v goes after every value equal to it (it is the window's newest).
   void insert(double v);
   /// Removes the first value equal to v (the window's oldest sample, of
@@ -315,6 +319,7 @@ class OrderBlocks {
   double* block(std::size_t j) { return pool_.data() + static_cast<std::size_t>(id_[j]) * C; }
   template <bool Upper>
   [[nodiscard]] std::size_t find_block(double v) const;
+  void grow(std::size_t want);
   void set_last(std::size_t j, double v);
   void regroup(std::size_t from_group);
   void split(std::size_t j);
