@@ -1450,7 +1450,7 @@ double RunningWindow::RankSplit::quantile(double q, std::uint64_t lo, const Hist
   const std::size_t n = size();
   if (n == 0 || std::isnan(q) || q < 0 || q > 1) return nan;
   const double at = (static_cast<double>(n) - 1) * q;
-  const auto r = static_cast<std::size_t>(std::floor(at));
+  const auto r = static_cast<std::size_t>(at);  // floor: at >= 0
   split_at(r + 1, lo);
   // A zero's key does not say which zero: its sample does.
   auto value = [&](const Node& x) { return x.key == order_key(0.0) ? h.value[h.phys(x.k)] : key_value(x.key); };
