@@ -1520,7 +1520,13 @@ template <bool Upper>
 std::size_t OrderBlocks::find_block(double v) const {
   // The first group whose last value is above v (Upper) / not below it,
   // then the first such block in it: both scans over last values in order.
-  const std::size_t g = count_below<Upper>(group_last_.data(), round4(groups_), v);
+  std::size_t g;
+  if (groups_ <= 64) {
+    g = count_below<Upper>(group_last_.data(), round4(groups_), v);
+  } else {  // a long window: O(log) (the groups' last values are not NaN)
+    const double* a = group_last_.data();
+    g = static_cast<std::size_t>((Upper ? std::upper_bound(a, a + groups_, v) : std::lower_bound(a, a + groups_, v)) - a);
+  }
   if (g >= groups_) return nb_;
   return G * g + count_below<Upper>(last_.data() + G * g, G, v);
 }
@@ -1695,8 +1701,9 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
   keep_exact_ = exact_before_ = false;
   deque_.clear();
   // The heaps keep their capacity: clear() then re-inserting allocates nothing.
-  split_.clear();
+  for (auto& s : split_) s.clear();
   blocks_.clear();
+  iqr_heaps_ = hi - lo > iqr_blocks_up_to_;
   reserve_splits(kind, hi - lo);
   for (std::uint64_t k = lo; k < hi; ++k) move<true>(kind, h, k);
 }
@@ -1827,12 +1834,19 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
       break;  // deques expire lazily
     case RunKind::median:
     case RunKind::quantile:
-      if constexpr (Add) split_.insert(v, k);
-      else split_.erase(v, k, lo_);
+      if constexpr (Add) split_[0].insert(v, k);
+      else split_[0].erase(v, k, lo_);
       break;
     case RunKind::iqr_outlier:
-      if constexpr (Add) blocks_.insert(v);
-      else blocks_.erase(v);
+      if (iqr_heaps_) {
+        for (auto& s : split_) {
+          if constexpr (Add) s.insert(v, k);
+          else s.erase(v, k, lo_);
+        }
+      } else {
+        if constexpr (Add) blocks_.insert(v);
+        else blocks_.erase(v);
+      }
       break;
     case RunKind::sum:
     case RunKind::mean:
@@ -1879,6 +1893,12 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
   const bool recentre = kind == RunKind::slope && removed_ > std::max<std::uint64_t>(64, 2 * (hi - lo));
   if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() || kind != kind_) {
     rebuild(kind, h, lo, end);
+  } else if (kind == RunKind::iqr_outlier && !iqr_heaps_ && end - lo > iqr_blocks_up_to_) {
+    // Grown past the blocks' range: into the heaps, once (not counted as a
+    // rebuild: the window slid).
+    const std::uint64_t rebuilds = rebuilds_;
+    rebuild(kind, h, lo, end);
+    rebuilds_ = rebuilds;
   } else {
     // Samples are added before the old ones leave: room for both.
     if (end > hi_) reserve_splits(kind, sorted_values() + (end - hi_));
@@ -1926,9 +1946,9 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       const double var = variance_of(src, n, vchange_ <= lo_, exact_readouts_);
       return kind == RunKind::var ? var : std::sqrt(var);
     }
-    case RunKind::median: return nans_ ? nan : split_.quantile(0.5, lo_, h);
+    case RunKind::median: return nans_ ? nan : split_[0].quantile(0.5, lo_, h);
     case RunKind::quantile:
-      return nans_ ? nan : split_.quantile(consts[0], lo_, h);
+      return nans_ ? nan : split_[0].quantile(consts[0], lo_, h);
     case RunKind::delta:
       if (nans_) return nan;
       return newest() - h.value[h.phys(lo_)];
@@ -1957,7 +1977,8 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
     case RunKind::iqr_outlier: {
       const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
-      const double q1 = blocks_.quantile(0, 0.25), q3 = blocks_.quantile(1, 0.75);
+      const double q1 = iqr_heaps_ ? split_[0].quantile(0.25, lo_, h) : blocks_.quantile(0, 0.25);
+      const double q3 = iqr_heaps_ ? split_[1].quantile(0.75, lo_, h) : blocks_.quantile(1, 0.75);
       const double iqr = q3 - q1;
       return (latest < q1 - consts[0] * iqr || latest > q3 + consts[0] * iqr) ? 1 : 0;
     }

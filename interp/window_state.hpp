@@ -274,16 +274,19 @@ struct OrderNode {
 /// iqr_outlier's two quartiles: the values themselves, sorted by (value,
 /// age) in blocks of at most C, a directory of the blocks' counts and last
 /// values (and every G-th of those, so a search scans ~nb/G + G + a block
-/// with SIMD compares instead of branchy binary searches), and one rank
+/// with SIMD compares instead of branchy binary searches; past 64 groups
+/// the groups are binary-searched), and one rank
 /// cursor per quantile (a block and the count before it), which moves by
 /// at most a block per change. Ties keep insertion order (a value goes
 /// after its equals; a leaving value, the window's oldest, is the first of
 /// its equals), so the doubles stored are the samples' own, a zero's sign
 /// included, and the order is (value, sample number) without storing the
 /// sample number. Costs: an insertion or a removal is two short scans and
-/// a move within one block (O(W/(G·C) + G + C), a few hundred bytes);
-/// a quantile read is O(1) amortised. Two heaps cost less per quantile
-/// (median, quantile), but one of these costs less than two splits.
+/// a move within one block (a few hundred bytes up to 2^16 values); a
+/// quantile read is O(1) amortised. Two heaps cost less per quantile
+/// (median, quantile), but one of these costs less than two splits. The
+/// directory is a flat array (a split or merge moves its tail, O(W/C)),
+/// so RunningWindow uses it up to 2^16 values only (then two RankSplits).
 ///
 /// Blocks split at C into halves and merge while two neighbours hold at
 /// most 3C/4 (or one is empty), so any two neighbours hold more than 3C/4:
@@ -360,6 +363,11 @@ class RunningWindow {
   /// (O(W)) for an exact read-out (tests: rare; at most twice before the
   /// sums are maintained again, see make_exact).
   [[nodiscard]] std::uint64_t exact_rebuilds() const { return exact_rebuilds_; }
+  /// Test hook: iqr_outlier keeps its quartiles in OrderBlocks while the
+  /// window holds at most `n` values, in two RankSplits beyond (O(log W)).
+  void set_iqr_blocks_up_to(std::size_t n) { iqr_blocks_up_to_ = n; }
+  /// Whether iqr_outlier's quartiles are in the heaps now (tests).
+  [[nodiscard]] bool iqr_in_heaps() const { return iqr_heaps_; }
   /// Whether sums_[i] follows the window exactly (else only its
   /// approximation does, and make_exact rebuilds it on demand).
   [[nodiscard]] bool exact_live(int i) const { return live_[i]; }
@@ -459,11 +467,13 @@ class RunningWindow {
   /// has needed them for four window lengths.
   void relax_exact();
   /// Values held by the order statistics (NaN aside).
-  [[nodiscard]] std::size_t sorted_values() const { return split_.size() + blocks_.size(); }
+  [[nodiscard]] std::size_t sorted_values() const { return split_[0].size() + blocks_.size(); }
   /// Room in the order statistics of `kind` (if any) for `values` values.
   void reserve_splits(RunKind kind, std::size_t values) {
-    if (kind == RunKind::median || kind == RunKind::quantile) split_.reserve(values);
-    if (kind == RunKind::iqr_outlier) blocks_.reserve(values);
+    const bool iqr = kind == RunKind::iqr_outlier;
+    if (kind == RunKind::median || kind == RunKind::quantile || (iqr && iqr_heaps_)) split_[0].reserve(values);
+    if (iqr && iqr_heaps_) split_[1].reserve(values);
+    if (iqr && !iqr_heaps_) blocks_.reserve(values);
   }
   /// Adds (Add) or removes sample k: one template, as both touch the same
   /// counts and sums with opposite signs.
@@ -492,8 +502,13 @@ class RunningWindow {
   std::uint64_t rebuilt_hi_ = 0;  // hi_ at the last on-demand rebuild
   std::uint64_t needed_hi_ = 0;   // hi_ when a read-out last needed the exact sums
   Deque deque_;
-  RankSplit split_;      // median/quantile
-  OrderBlocks blocks_;   // iqr_outlier: q1 (cursor 0) and q3 (cursor 1)
+  // median/quantile: split_[0]. iqr_outlier: blocks_, q1 by cursor 0 and q3
+  // by cursor 1, up to iqr_blocks_up_to_ values; split_[0] (q1) and
+  // split_[1] (q3) beyond (iqr_heaps_), chosen at a rebuild.
+  RankSplit split_[2];
+  OrderBlocks blocks_;
+  std::size_t iqr_blocks_up_to_ = std::size_t{1} << 16;
+  bool iqr_heaps_ = false;
 };
 
 }  // namespace vigil::interp

@@ -356,7 +356,8 @@ double sorted_quantile(std::vector<double> v, double q) {
 }
 
 // The order statistics of median/quantile/iqr_outlier (RunningWindow::RankSplit:
-// two heaps split at the quantile's rank) driven directly: windows of up to
+// two heaps split at the quantile's rank; iqr_outlier's OrderBlocks, or its
+// two splits past a bound set low here) driven directly: windows of up to
 // 3000 samples (the rank's split moved, the position ring regrown) that slide by random amounts,
 // change length, jump and move back (rebuilds), over values with many
 // ties, both zeros and both infinities, sometimes NaN. Every value must be
@@ -404,6 +405,10 @@ RC_GTEST_PROP(OrderStatistics, RankSplitMatchesASortOfTheWindow, ()) {
   const std::size_t min_n = kind == RunKind::iqr_outlier ? 3 : 1;
 
   vigil::interp::RunningWindow run;
+  // iqr_outlier: its sorted blocks (the default bound), the two heaps from
+  // the start, or the blocks until the window grows past a bound and the heaps after.
+  if (kind == RunKind::iqr_outlier)
+    run.set_iqr_blocks_up_to(*rc::gen::elementOf(std::vector<std::size_t>{std::size_t{1} << 16, 0, 100, 1000}));
   std::vector<double> scratch;
   std::uint64_t lo = 0, hi = 0;
   std::size_t width = 1 + next() % 3000;
@@ -509,7 +514,8 @@ RC_GTEST_PROP(OrderStatistics, OrderBlocksMatchASortOfTheWindow, ()) {
 
 // A long window: 50,000 values sliding over 200,000 (a trend, a random walk
 // and noise with ties), both quartiles read at every step (the cursors move
-// a little at a time, as in a replay) and checked against a sort now and then.
+// a little at a time, as in a replay) and checked against a sort now and
+// then; the directory has more groups than it scans (binary search).
 TEST(OrderStatistics, OrderBlocksOverALongWindow) {
   Xorshift next{14};
   std::vector<double> values;
@@ -534,6 +540,8 @@ TEST(OrderStatistics, OrderBlocksOverALongWindow) {
     EXPECT_TRUE(same_bits(q1, sorted_quantile(w, 0.25))) << hi;
     EXPECT_TRUE(same_bits(q3, sorted_quantile(w, 0.75))) << hi;
     EXPECT_LE(blocks.blocks(), 8 * blocks.size() / (3 * vigil::interp::OrderBlocks::C) + 1);
+    // More than 64 directory groups: the groups are binary-searched.
+    if (hi > width) EXPECT_GT(blocks.blocks(), 64 * vigil::interp::OrderBlocks::G) << hi;
   }
 }
 
