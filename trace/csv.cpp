@@ -284,10 +284,7 @@ class CsvReader final : public TraceReader {
       }
       if (error_) return false;
       if (columns_.empty() && !read_header()) return false;
-      if (!long_ && plain_wide_row()) {
-        assemble_wide_row();
-        continue;
-      }
+      if (!long_ && plain_wide_row()) continue;
       if (!read_record()) {
         // End of the data (for now) or damage: a long CSV's last group is
         // made of complete rows, so it is handed out.
@@ -304,7 +301,7 @@ class CsvReader final : public TraceReader {
 
   [[nodiscard]] std::uint64_t position() const override { return base_ + pos_; }
   [[nodiscard]] std::uint64_t size() const override {
-    return std::max(size_, base_ + buf_.size());  // a pipe, or a followed file that grew
+    return std::max(size_, base_ + end_);  // a pipe, or a followed file that grew
   }
   [[nodiscard]] std::string describe() const override { return description_; }
 
@@ -323,14 +320,16 @@ class CsvReader final : public TraceReader {
   /// record of n bytes is rescanned O(log n) times from its start with O(n)
   /// bytes scanned in all: a 4 MB cell stays linear.
   bool fill() {
-    if (pos_ > 0 && pos_ * 2 >= buf_.size()) {  // drop what was consumed
-      buf_.erase(0, pos_);
+    if (pos_ > 0 && pos_ * 2 >= end_) {  // drop what was consumed
+      std::memmove(buf_.data(), buf_.data() + pos_, end_ - pos_);
+      end_ -= pos_;
       base_ += pos_;
       pos_ = 0;
     }
-    const std::size_t old = buf_.size();
+    const std::size_t old = end_;
     const std::size_t want = std::max(chunk_size, old - pos_);
-    buf_.resize(old + want);
+    // The string only grows (its new bytes are zeroed once, not at every read).
+    if (buf_.size() < old + want) buf_.resize(old + want);
     std::size_t got = 0;
     // Beyond one chunk the record is known to be incomplete: wait for the
     // whole request (one read(2) of a pipe may give a few bytes), so the
@@ -341,7 +340,7 @@ class CsvReader final : public TraceReader {
       if (n == 0) break;
       got += n;
     }
-    buf_.resize(old + got);
+    end_ = old + got;
     if (in_->failed()) fail(0, base_ + old + got, in_->failure());
     return got > 0;
   }
@@ -351,8 +350,8 @@ class CsvReader final : public TraceReader {
   bool read_record() {
     for (;;) {
       if (error_) return false;
-      if (base_ + pos_ == 0 && buf_.size() >= 3 && buf_.starts_with("\xEF\xBB\xBF")) pos_ = 3;
-      const std::string_view data(buf_.data() + pos_, buf_.size() - pos_);
+      if (base_ + pos_ == 0 && end_ >= 3 && std::string_view(buf_.data(), 3) == "\xEF\xBB\xBF") pos_ = 3;
+      const std::string_view data(buf_.data() + pos_, end_ - pos_);
       const bool final = at_eof_ && !options_.follow;
       if (!data.empty() && !(base_ + pos_ == 0 && data.size() < 3 && !final &&
                              std::string_view("\xEF\xBB\xBF").starts_with(data))) {
@@ -372,7 +371,7 @@ class CsvReader final : public TraceReader {
         }
       }
       if (final) return false;
-      if (buf_.size() - pos_ > options_.max_line_bytes) return too_long();
+      if (end_ - pos_ > options_.max_line_bytes) return too_long();
       if (!fill()) {
         if (error_ || options_.follow) return false;  // follow: keep the partial line
         at_eof_ = true;
@@ -525,28 +524,39 @@ class CsvReader final : public TraceReader {
   /// step cell is an integer of up to 18 digits and whose other cells are
   /// empty or a number fast_decimal takes whole (trace/number.hpp), with
   /// no quote, blank or other byte, and the header's number of fields.
-  /// Then the row is consumed and its cells are in row_cells_, exactly as
-  /// read_record + read_row_cells would have read them. Any other row
+  /// Then the row is consumed and its observations are queued, exactly as
+  /// read_record + take_wide_row would have made them. Any other row
   /// (quotes, blanks, words, damage, a blank line, an incomplete last line)
-  /// returns false with nothing consumed, for the general path to judge.
+  /// returns false with nothing consumed or queued, for the general path to
+  /// judge.
   bool plain_wide_row() {
     const char* const row = buf_.data() + pos_;
-    const char* const end = buf_.data() + buf_.size();
+    const char* const end = buf_.data() + end_;
     const char* p = row;
     const std::size_t n = columns_.size();
-    cells_.resize(n);
+    // Without shared columns an observation's samples are its mode's series
+    // in column order: each goes straight into it as it is read (its
+    // storage is reused, so this does not allocate once warm). Shared ones
+    // come first in every observation: the cells are kept for
+    // assemble_wide_row.
+    const bool direct = shared_columns_.empty();
+    const bool nearest = fast_float::detail::rounds_to_nearest();  // asked once per row
+    if (direct) {
+      for (auto& obs : row_) obs.values.clear();
+    } else {
+      cells_.resize(n);
+    }
     RowCells r;
     for (std::size_t i = 0; i < n; ++i) {
       const bool last = i + 1 == n;
       const char delimiter = last ? '\n' : ',';
       if (p == end) return false;
       const Role role = columns_[i];
-      Cell& c = cells_[i];
       if (role == Role::ignored) {
         while (p != end && *p != ',' && *p != '\n' && *p != '"' && *p != '\r') ++p;
       } else if (*p == delimiter || (last && *p == '\r')) {
         if (role == Role::step) return false;  // an empty step: the general path's error
-        c.has = false;
+        if (!direct) cells_[i].has = false;
       } else if (role == Role::step) {
         const char* q = p;
         if (*q == '-') ++q;
@@ -556,13 +566,21 @@ class CsvReader final : public TraceReader {
         r.step = *p == '-' ? -static_cast<std::int64_t>(u) : static_cast<std::int64_t>(u);
         p = e;
       } else {
-        const char* e = trace_io::fast_decimal(p, end, c.value);
+        double value;
+        const char* e = trace_io::fast_decimal(p, end, value, nearest);
         if (e == nullptr) return false;
         p = e;
-        c.has = true;
-        if (role == Role::time) r.time = c.value;
-        else if (role == Role::shared) r.any_shared = true;
-        else if (role == Role::series) r.any = true, ++r.per_mode[static_cast<std::size_t>(column_modes_[i])];
+        if (!direct) cells_[i] = Cell{value, true};
+        if (role == Role::time) {
+          r.time = value;
+        } else if (role == Role::shared) {
+          r.any_shared = true;
+        } else if (role == Role::series) {
+          const auto m = static_cast<std::size_t>(column_modes_[i]);
+          r.any = true;
+          ++r.per_mode[m];
+          if (direct) row_[m].values.push_back({key_ids_[i], value});
+        }
       }
       if (last && p != end && *p == '\r') ++p;
       if (p == end || *p != delimiter) return false;
@@ -574,7 +592,20 @@ class CsvReader final : public TraceReader {
     rec_offset_ = base_ + pos_;
     ++line_;
     pos_ += consumed;
-    row_cells_ = r;
+    if (!direct) {
+      row_cells_ = r;
+      assemble_wide_row();
+      return true;
+    }
+    // As assemble_wide_row would: one observation per mode with samples.
+    for (std::size_t m = 0; m < mode_count; ++m) {
+      if (r.per_mode[m] == 0) continue;
+      KeyedObservation& obs = row_[m];
+      obs.step = r.step;
+      obs.time = r.time;
+      obs.mode = static_cast<ModeId>(m);
+      push_ready(obs);
+    }
     return true;
   }
 
@@ -681,7 +712,8 @@ class CsvReader final : public TraceReader {
   std::uint64_t size_ = 0;
   TraceOptions options_;
 
-  std::string buf_;           // file bytes from base_ on
+  std::string buf_;           // file bytes from base_ on: [0, end_); the rest is room
+  std::size_t end_ = 0;
   std::uint64_t base_ = 0;    // file offset of buf_[0]
   std::size_t pos_ = 0;       // first unconsumed byte in buf_
   std::uint64_t line_ = 1;    // line number at pos_

@@ -28,8 +28,9 @@ class KeyTable {
  public:
   static constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 
-  /// The id of `s`, kNone if it was never added.
-  [[nodiscard]] std::uint32_t find(std::string_view s) {
+  /// The id of `s`, kNone if it was never added. Inlined into the readers'
+  /// per-record loops: a cache hit is a few instructions.
+  [[nodiscard, gnu::always_inline]] std::uint32_t find(std::string_view s) {
     const Key key = key_of(s);
     Cached& c = cache_[key.slot()];
     if (c.id != kNone && c.key == key &&

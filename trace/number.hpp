@@ -62,7 +62,12 @@ inline bool equals_lower(std::string_view s, std::string_view word) {
 /// scan, which takes the integer and fraction digits one at a time except
 /// for runs of eight (tests/csvhf/number_test.cpp and
 /// tests/trace/jsonl_scan_test.cpp compare the two).
-inline const char* fast_decimal(const char* p, const char* end, double& out) {
+///
+/// `nearest` must be fast_float::detail::rounds_to_nearest() (the thread's
+/// rounding mode, which Clinger's path needs): a caller reading many numbers
+/// at once asks once (the question is a volatile load and two float
+/// operations, ~4% of the CSV reader when asked per number).
+[[gnu::always_inline]] inline const char* fast_decimal(const char* p, const char* end, double& out, bool nearest) {
   const bool negative = p != end && *p == '-';
   if (negative) ++p;
   if (p == end || !detail::is_digit(*p)) return nullptr;
@@ -100,7 +105,7 @@ inline const char* fast_decimal(const char* p, const char* end, double& out) {
   if (exponent >= format::min_exponent_fast_path() && exponent <= format::max_exponent_fast_path() &&
       w <= format::max_mantissa_fast_path()) {
     // fast_float takes another path when the thread does not round to nearest.
-    if (!fast_float::detail::rounds_to_nearest()) return nullptr;
+    if (!nearest) return nullptr;
     out = static_cast<double>(w);
     if (exponent < 0) out = out / format::exact_power_of_ten(-exponent);
     else out = out * format::exact_power_of_ten(exponent);
@@ -111,6 +116,11 @@ inline const char* fast_decimal(const char* p, const char* end, double& out) {
   if (am.power2 < 0) return nullptr;  // needs fast_float's digit comparison
   fast_float::to_float(negative, am, out);
   return p;
+}
+
+/// fast_decimal, asking for the rounding mode itself.
+[[gnu::always_inline]] inline const char* fast_decimal(const char* p, const char* end, double& out) {
+  return fast_decimal(p, end, out, fast_float::detail::rounds_to_nearest());
 }
 
 /// A sample, after trim_blanks: an optional sign ('+' or '-'), then either a

@@ -28,6 +28,7 @@
 #include "trace/event.pb.h"  // the writer's; reading decodes the wire format itself
 #include "trace/input.hpp"
 #include "trace/key_table.hpp"
+#include "trace/tensorboard_fast.hpp"
 #include "trace/tensorboard_record.hpp"
 #include "trace/tensorboard_wire.hpp"
 #include "vigil/trace.hpp"
@@ -242,17 +243,8 @@ class TensorBoardReader final : public TraceReader {
   bool next(Observation& out) override { return next_from_keyed(out); }
 
   bool next_keyed(KeyedObservation& out) override {
-    if (head_ == queue_.size()) {
-      if (!follow_ || error_ || deferred_error_) return finish();
-      queue_.clear();
-      values_.clear();
-      head_ = 0;
-      TraceError scan_error;
-      if (is_dir_ && !scan(scan_error)) return false;
-      for (std::size_t i = 0; i < files_.size(); ++i) read_more(i);
-      sort_queue();
-      if (queue_.empty()) return finish();
-    }
+    if (head_ == queue_.size() && !refill()) [[unlikely]]
+      return false;
     const Pending& p = queue_[head_++];
     out.step = p.step;
     out.time = p.time;
@@ -303,6 +295,41 @@ class TensorBoardReader final : public TraceReader {
     [[nodiscard]] std::uint32_t mode() const { return count_mode >> 30; }
     static std::uint32_t pack(std::uint32_t mode, std::uint32_t count) { return mode << 30 | count; }
   };
+
+  // The queue is empty: false at the end (the deferred error, if any, is
+  // now the error); with follow, reads what was appended meanwhile.
+  [[gnu::noinline]] bool refill() {
+    if (!follow_ || error_ || deferred_error_) return finish();
+    clear_queue();
+    TraceError scan_error;
+    if (is_dir_ && !scan(scan_error)) return false;
+    for (std::size_t i = 0; i < files_.size(); ++i) read_more(i);
+    sort_queue();
+    if (queue_.empty()) return finish();
+    return true;
+  }
+
+  void clear_queue() {
+    queue_.clear();
+    values_.clear();
+    head_ = 0;
+    out_of_order_ = false;
+    last_step_ = std::numeric_limits<std::int64_t>::min();
+    last_time_ = -std::numeric_limits<double>::infinity();
+  }
+
+  // The wall time as the merge orders it: an unknown (NaN) time first.
+  static double order_time(double t) { return std::isnan(t) ? -std::numeric_limits<double>::infinity() : t; }
+
+  // Queues `p`, noting whether the queue is still in (step, time) order, so
+  // that sort_queue need not read it all back to find out.
+  [[gnu::always_inline]] void push(const Pending& p) {
+    const double t = order_time(p.time);
+    if (p.step < last_step_ || (p.step == last_step_ && t < last_time_)) out_of_order_ = true;
+    last_step_ = p.step;
+    last_time_ = t;
+    queue_.push_back(p);
+  }
 
   bool finish() {
     if (deferred_error_ && !error_) error_ = std::move(deferred_error_);
@@ -408,6 +435,19 @@ class TensorBoardReader final : public TraceReader {
     std::size_t used = 0;
     bool ok = true;
     while (used < bytes.size()) {
+#if VIGIL_TB_FAST_RECORDS
+      // Runs of plain scalar records of known tags: queued as below (as
+      // add_known_scalar would), each in one inlined pass.
+      if (fast_records_) {
+        used += tb::take_plain_scalars(
+            bytes.substr(used), trace_io::KeyTable::kNone,
+            [&](std::string_view tag) { return tag.empty() ? trace_io::KeyTable::kNone : keys_->find(tag); },
+            [&](const tb::PlainScalar& s, std::uint32_t name) {
+              push(Pending{s.step, s.wall_time, s.value, name, Pending::pack(mode_of(f, name), 1)});
+            });
+        if (used == bytes.size()) break;
+      }
+#endif
       const std::uint64_t offset = f.consumed + used;
       const tb::RecordView r = tb::parse_record(bytes.substr(used));
       if (r.status == tb::RecordStatus::need_more) {
@@ -481,7 +521,7 @@ class TensorBoardReader final : public TraceReader {
     if (v.kind != tb::WireValue::Kind::simple || v.has_metadata || v.tag.empty()) return false;
     const std::uint32_t name = keys_->find(v.tag);
     if (name == trace_io::KeyTable::kNone) return false;
-    queue_.push_back(Pending{event_.step, event_.wall_time, v.simple, name, Pending::pack(mode_of(f, name), 1)});
+    push(Pending{event_.step, event_.wall_time, v.simple, name, Pending::pack(mode_of(f, name), 1)});
     return true;
   }
 
@@ -541,20 +581,26 @@ class TensorBoardReader final : public TraceReader {
           scratch_[j].mode = kTaken;
         }
       }
-      queue_.push_back(p);
+      push(p);
     }
   }
 
+  // Sorts the queue (all of it: it is sorted only right after being filled
+  // from empty) by (step, time); ties keep their arrival order (stable). One
+  // file written in step order (the usual case) is sorted already, as push
+  // noted.
   void sort_queue() {
-    auto key_time = [](double t) { return std::isnan(t) ? -std::numeric_limits<double>::infinity() : t; };
+    if (!out_of_order_) return;
     auto before = [&](const Pending& a, const Pending& b) {
       if (a.step != b.step) return a.step < b.step;
-      return key_time(a.time) < key_time(b.time);
+      return order_time(a.time) < order_time(b.time);
     };
-    const auto first = queue_.begin() + static_cast<std::ptrdiff_t>(head_);
-    // Ties keep their arrival order (stable). One file written in step order
-    // (the usual case) is sorted already: a linear check saves the sort.
-    if (!std::is_sorted(first, queue_.end(), before)) std::stable_sort(first, queue_.end(), before);
+    std::stable_sort(queue_.begin() + static_cast<std::ptrdiff_t>(head_), queue_.end(), before);
+    out_of_order_ = false;
+    if (!queue_.empty()) {
+      last_step_ = queue_.back().step;
+      last_time_ = order_time(queue_.back().time);
+    }
   }
 
   static constexpr std::uint32_t kTaken = std::numeric_limits<std::uint32_t>::max();
@@ -569,6 +615,7 @@ class TensorBoardReader final : public TraceReader {
   bool follow_;
   TraceOptions options_;  // the key limits
   std::size_t checked_keys_ = 0;  // keys + modes when the limits were last checked
+  const bool fast_records_ = tb::crc32c_hardware();  // take_plain_scalars may run
   std::unique_ptr<trace_io::Input> input_;  // a single file's input, until scan() takes it
   std::vector<EventFile> files_;
   std::unordered_map<std::string, std::size_t> known_;
@@ -582,6 +629,11 @@ class TensorBoardReader final : public TraceReader {
   std::vector<Pending, BigAllocator<Pending>> queue_;
   std::vector<std::pair<std::uint32_t, double>> values_;
   std::size_t head_ = 0, total_ = 0;
+  // Whether some push since the queue was last empty or sorted came before
+  // the one before it, and that one's step and order_time.
+  bool out_of_order_ = false;
+  std::int64_t last_step_ = std::numeric_limits<std::int64_t>::min();
+  double last_time_ = -std::numeric_limits<double>::infinity();
   std::optional<TraceError> deferred_error_;
 };
 

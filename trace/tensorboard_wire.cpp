@@ -3,6 +3,8 @@
 // parser for trace/event.proto).
 #include "trace/tensorboard_wire.hpp"
 
+#include "trace/tensorboard_fast.hpp"
+
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -448,62 +450,21 @@ double bfloat16_to_double(std::uint32_t bits) {
   return f;
 }
 
-namespace {
-
-// The record nearly every writer makes for a scalar, byte for byte:
-//   09 <wall_time: 8 bytes> 10 <step: varint> 2a <n> 0a <n - 2> 0a <k> <tag: k bytes> 15 <float: 4 bytes>
-// (wall_time, step, and a summary of one value holding a tag and a
-// simple_value, in field order, every length one byte and exactly what is
-// left). Such bytes mean the same to protobuf and to the Decoder as read
-// here; anything else returns false for the Decoder to read.
-bool plain_scalar_event(const Byte* p, const Byte* end, WireEvent& out) {
-  if (end - p < 9 + 2 + 2 + 2 + 2 + 5 || p[0] != 0x09 || p[9] != 0x10) return false;
-  const double wall_time = load<double>(p + 1);
-  p += 10;
-  // The step: at most 9 bytes (a negative step takes 10: left to the Decoder).
-  // Steps below 2^21 (three bytes; the size check above guarantees them)
-  // unrolled, longer ones in a loop.
-  std::uint64_t step = p[0] & 0x7F;
-  if (p[0] < 0x80) {
-    p += 1;
-  } else if (p[1] < 0x80) {
-    step |= std::uint64_t{p[1]} << 7;
-    p += 2;
-  } else if (p[2] < 0x80) {
-    step |= std::uint64_t{p[1] & 0x7Fu} << 7 | std::uint64_t{p[2]} << 14;
-    p += 3;
-  } else {
-    step |= std::uint64_t{p[1] & 0x7Fu} << 7 | std::uint64_t{p[2] & 0x7Fu} << 14;
-    p += 3;
-    for (int shift = 21;; shift += 7) {
-      if (shift == 63 || p == end) return false;
-      const Byte b = *p++;
-      step |= static_cast<std::uint64_t>(b & 0x7F) << shift;
-      if (b < 0x80) break;
-    }
-  }
-  if (end - p < 6 || p[0] != 0x2a || p[1] >= 0x80 || p[1] != end - p - 2 || p[2] != 0x0a || p[3] != end - p - 4 ||
-      p[4] != 0x0a || p[5] != end - p - 6 - 5)
-    return false;
-  const std::size_t tag_size = p[5];  // below 0x80, as the lengths around it
-  p += 6;
-  if (p[tag_size] != 0x15) return false;
-  out.wall_time = wall_time;
-  out.step = static_cast<std::int64_t>(step);
-  out.has_summary = true;
-  out.values.clear();
-  WireValue& v = out.values.emplace_back();
-  v.tag = std::string_view(reinterpret_cast<const char*>(p), tag_size);
-  v.kind = WireValue::Kind::simple;
-  v.simple = load<float>(p + tag_size + 1);
-  return true;
-}
-
-}  // namespace
-
 bool decode_event(std::string_view data, WireEvent& out) {
   const auto* p = reinterpret_cast<const Byte*>(data.data());
-  if (plain_scalar_event(p, p + data.size(), out)) return true;
+  // The record nearly every writer makes for a scalar: read in one pass
+  // (trace/tensorboard_fast.hpp), with the same meaning as to the Decoder.
+  if (PlainScalar s; plain_scalar(p, p + data.size(), s)) {
+    out.wall_time = s.wall_time;
+    out.step = s.step;
+    out.has_summary = true;
+    out.values.clear();
+    WireValue& v = out.values.emplace_back();
+    v.tag = s.tag;
+    v.kind = WireValue::Kind::simple;
+    v.simple = s.value;
+    return true;
+  }
   return Decoder(out).event(p, p + data.size());
 }
 

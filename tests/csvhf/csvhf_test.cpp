@@ -736,9 +736,13 @@ TEST_F(CsvHfTest, MalformedRowsArePositioned) {
 // observations bit for bit, the same error message at the same line.
 // Random rows from cells on both sides of the fast path's edge: blanks,
 // signs, words, exponents, long digit runs, stray '\r', wrong widths,
-// empty steps, blank lines, CRLF.
+// empty steps, blank lines, CRLF. Half the files have a shared column
+// (epoch: its samples go first into every observation of a row), half a
+// test series instead (the plain path then writes each sample straight
+// into its observation).
 TEST_F(CsvHfTest, PlainRowsReadAsTheGeneralPathReadsThem) {
-  const std::string header = "step,time,,loss,val_loss,epoch\n";  // the empty name is ignored
+  // The empty name is ignored.
+  const std::string headers[] = {"step,time,,loss,val_loss,epoch\n", "step,time,,loss,val_loss,test_acc\n"};
   static const char* const cells[] = {
       "1", "0", "-0", "12", "-7", "0.5", "-2.25", "1e5", "1E-3", "2.5e+10", "3.", ".5", "+4",
       "007", "1234567890123456789", "12345678901234567890", "0.00000000000000000000123",
@@ -751,6 +755,7 @@ TEST_F(CsvHfTest, PlainRowsReadAsTheGeneralPathReadsThem) {
   const auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
   std::size_t rows_read = 0, errors = 0;
   for (int file = 0; file < 300; ++file) {
+    const std::string& header = headers[file % 2];
     std::string plain = header, quoted = header;
     const int rows = 1 + static_cast<int>(pick(12));
     for (int row = 0; row < rows; ++row) {

@@ -380,13 +380,13 @@ TEST(TbWire, BuiltEvents) {
 
 // The plain scalar record (wall_time, step, one value of a tag and a
 // simple_value, in that order: what writers make) has a path of its own in
-// decode_event. Steps of every varint width (1-3 bytes unrolled, more in a
+// decode_event. Steps of every varint width (1-4 bytes unrolled, more in a
 // loop, 10 for a negative one), tags of 0-127 bytes (lengths at the one-byte
 // limit), and every such record cut short or with a byte added: each read
 // as protobuf reads it.
 TEST(TbWire, PlainScalarRecords) {
   Tally tally;
-  const std::int64_t steps[] = {0, 1, 127, 128, 16383, 16384, (1 << 21) - 1, 1 << 21, 1 << 28,
+  const std::int64_t steps[] = {0, 1, 127, 128, 16383, 16384, (1 << 21) - 1, 1 << 21, (1 << 28) - 1, 1 << 28,
                                 std::int64_t{1} << 35, std::int64_t{1} << 62, INT64_MAX, -1, INT64_MIN};
   for (const std::int64_t step : steps)
     for (const std::size_t tag_size : {0, 1, 9, 100, 110, 111, 112, 113, 127}) {
