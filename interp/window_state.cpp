@@ -29,6 +29,13 @@ constexpr double special_above = 1e150;
 
 bool excludes_last(RunKind k) { return k == RunKind::zscore || k == RunKind::iqr_outlier; }
 
+/// Kinds whose value depends on samples beyond 1e150 or +-Inf (specials_):
+/// their sums exclude them, so the window is recomputed while any is held.
+bool reads_specials(RunKind k) {
+  return k == RunKind::sum || k == RunKind::mean || k == RunKind::var || k == RunKind::std_dev ||
+         k == RunKind::zscore || k == RunKind::slope;
+}
+
 /// How many ExactSums a kind keeps: sum/mean Σx; var/std/zscore Σx, Σx²;
 /// slope Σy, Σd·y (d: the step less the window's origin step, whose own
 /// sums are exact integers).
@@ -1819,10 +1826,13 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
   }
   const bool is_nan = std::isnan(v);
   nans_ += sign * is_nan;
-  trues_ += sign * ((v != 0) & !is_nan);
+  // Only count_true reads trues_, and only the sum-like kinds specials_
+  // (the kind is fixed between rebuilds, which zero both): the others do
+  // not pay for them on every sample.
+  if (kind == RunKind::count_true) trues_ += sign * ((v != 0) & !is_nan);
   if (is_nan) return;
   const bool special = !(std::abs(v) <= special_above);
-  specials_ += sign * special;
+  if (reads_specials(kind)) specials_ += sign * special;
   auto put = [](ExactSum& s, double x) {
     if constexpr (Add) s.add(x);
     else s.remove(x);
@@ -1891,7 +1901,22 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
   // A slope re-centres its steps once the window has moved on by its own
   // length (amortised O(1)): the origin stays near the window.
   const bool recentre = kind == RunKind::slope && removed_ > std::max<std::uint64_t>(64, 2 * (hi - lo));
-  if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() || kind != kind_) {
+  if (valid_ && lo == lo_ + 1 && end == hi_ + 1 && kind == kind_ && lo_ >= h.first_held() &&
+      !recentre && kind != RunKind::iqr_outlier) [[likely]] {
+    // The steady slide (one sample in, one out), the general branch below
+    // without its loops and checks: the same moves in the same order.
+    if (kind == RunKind::median || kind == RunKind::quantile)
+      reserve_splits(kind, sorted_values() + 1);
+    ++removed_;
+    move<true>(kind, h, hi_);
+    move<false>(kind, h, lo_);  // lo_ becomes lo
+    if (lo + 16 < end) {
+      const std::size_t ahead = h.phys(lo + 16);
+      __builtin_prefetch(&h.value[ahead]);
+      if (kind == RunKind::slope) __builtin_prefetch(&h.step[ahead]);
+    }
+    if (kind == RunKind::min || kind == RunKind::max) deque_.expire(lo);
+  } else if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() || kind != kind_) {
     rebuild(kind, h, lo, end);
   } else if (kind == RunKind::iqr_outlier && !iqr_heaps_ && end - lo > iqr_blocks_up_to_) {
     // Grown past the blocks' range: into the heaps, once (not counted as a

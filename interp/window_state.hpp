@@ -352,6 +352,9 @@ class RunningWindow {
   std::optional<double> update(RunKind kind, const History& h, std::uint64_t lo,
                                std::uint64_t hi, std::span<const double> consts);
 
+  /// The first sample of the window it covers (WindowReader::no_hint when
+  /// it covers none): bounds()'s hint for the next observation.
+  [[nodiscard]] std::uint64_t first() const { return valid_ ? lo_ : WindowReader::no_hint; }
   /// Rebuilds done (windows that moved backwards, jumped, or restarted):
   /// tests assert sliding windows do not rebuild.
   [[nodiscard]] std::uint64_t rebuilds() const { return rebuilds_; }
