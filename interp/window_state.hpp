@@ -393,7 +393,10 @@ class RunningWindow {
     std::size_t head = 0, size = 0;
     void clear() { head = size = 0; }
     Entry& at(std::size_t i) { return buf[(head + i) & (buf.size() - 1)]; }
-    void push(double v, std::uint64_t k, bool want_max);
+    /// Appends sample k (a max deque: Max; else a min deque).
+    template <bool Max>
+    void push(double v, std::uint64_t k);
+    void grow();
     void expire(std::uint64_t lo);
   };
   /// One order statistic of the window (NaN aside), split at a rank r: a
@@ -482,6 +485,13 @@ class RunningWindow {
   /// counts and sums with opposite signs.
   template <bool Add>
   void move(RunKind kind, const History& h, std::uint64_t k);
+  /// move() compiled for one kind.
+  template <bool Add, RunKind kind>
+  void move_as(const History& h, std::uint64_t k);
+  /// The steady slide of update() (sample hi_ enters, lo_ leaves; the window
+  /// becomes [lo, end)), compiled for one kind.
+  template <RunKind kind>
+  void slide(const History& h, std::uint64_t lo, std::uint64_t end);
 
   bool valid_ = false;
   RunKind kind_ = RunKind::none;  // the kind the state was built for
