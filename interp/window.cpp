@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace vigil::interp {
 
@@ -14,6 +15,26 @@ constexpr stdlib::Window no_window{nullptr, nullptr, 0, nullptr};
 }  // namespace
 
 void History::reserve(std::size_t c) {
+  if (c >= size) {
+    // The held samples are one contiguous span from at(0) (the mirror):
+    // copied as spans, twice (the new mirror), not put() one by one; the
+    // counts describe the same samples, so they stay.
+    const std::size_t from = size ? at(0) : 0;
+    auto grown = [&](auto& v) {
+      std::remove_reference_t<decltype(v)> out(2 * c);
+      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(from), size, out.begin());
+      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(from), size,
+                  out.begin() + static_cast<std::ptrdiff_t>(c));
+      v.swap(out);
+    };
+    grown(value);
+    grown(time);
+    grown(step);
+    grown(mode);
+    cap = c;
+    head = size == c ? 0 : size;
+    return;
+  }
   History h;
   h.cap = c;
   h.value.assign(2 * c, 0);

@@ -1260,12 +1260,6 @@ void RunningWindow::Deque::grow() {
   head = 0;
 }
 
-void RunningWindow::Deque::expire(std::uint64_t lo) {
-  while (size > 0 && at(0).k < lo) {
-    head = (head + 1) & (buf.size() - 1);
-    --size;
-  }
-}
 
 // ---- RankSplit ----------------------------------------------------------------
 

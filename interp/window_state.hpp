@@ -397,7 +397,13 @@ class RunningWindow {
     template <bool Max>
     void push(double v, std::uint64_t k);
     void grow();
-    void expire(std::uint64_t lo);
+    /// Drops the entries of samples before lo (inline: once per observation).
+    void expire(std::uint64_t lo) {
+      while (size > 0 && at(0).k < lo) {
+        head = (head + 1) & (buf.size() - 1);
+        --size;
+      }
+    }
   };
   /// One order statistic of the window (NaN aside), split at a rank r: a
   /// max-heap of the r + 1 lowest values and a min-heap of the others, so
