@@ -15,7 +15,7 @@ namespace vigil::interp {
 void Executor::reduce(const PlanNode& n, RunKind kind, RunningWindow* run, const History& h,
                       std::uint32_t labels, bool fresh, Column& out) {
   if (run) {
-    const auto b = WindowReader::bounds(h, n.window, at_.clock);
+    const auto b = WindowReader::bounds(h, n.window, at_.clock, run->first());
     if (b.contiguous) {
       const auto count = static_cast<std::size_t>(b.hi - b.lo);
       if (count == 0 || count < n.fn->min_samples) return;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace vigil::interp {
 
@@ -14,6 +15,26 @@ constexpr stdlib::Window no_window{nullptr, nullptr, 0, nullptr};
 }  // namespace
 
 void History::reserve(std::size_t c) {
+  if (c >= size) {
+    // The held samples are one contiguous span from at(0) (the mirror):
+    // copied as spans, twice (the new mirror), not put() one by one; the
+    // counts describe the same samples, so they stay.
+    const std::size_t from = size ? at(0) : 0;
+    auto grown = [&](auto& v) {
+      std::remove_reference_t<decltype(v)> out(2 * c);
+      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(from), size, out.begin());
+      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(from), size,
+                  out.begin() + static_cast<std::ptrdiff_t>(c));
+      v.swap(out);
+    };
+    grown(value);
+    grown(time);
+    grown(step);
+    grown(mode);
+    cap = c;
+    head = size == c ? 0 : size;
+    return;
+  }
   History h;
   h.cap = c;
   h.value.assign(2 * c, 0);
@@ -29,43 +50,64 @@ void History::reserve(std::size_t c) {
   *this = std::move(h);
 }
 
-WindowReader::Bounds WindowReader::bounds(const History& h, const ir::Dur& w,
-                                          const Clock& clock) {
+namespace {
+
+/// std::partition_point(a, a + size, outside) - a, for `outside` true on a
+/// prefix of a: searched from index `hint` (any value) by a short scan when
+/// the answer lies just at or after it, else by binary search. The same
+/// index either way.
+template <class T, class Outside>
+std::size_t first_inside(const T* a, std::size_t size, std::size_t hint, Outside outside) {
+  if (hint > size) hint = 0;
+  if (hint > 0 && !outside(a[hint - 1])) return std::partition_point(a, a + hint - 1, outside) - a;
+  // Everything before hint is outside: a slid window starts a few on.
+  constexpr std::size_t scan = 4;
+  for (std::size_t i = hint; i < hint + scan; ++i)
+    if (i == size || !outside(a[i])) return i;
+  return std::partition_point(a + hint + scan, a + size, outside) - a;
+}
+
+}  // namespace
+
+WindowReader::Bounds WindowReader::sorted_bounds(const History& h, const ir::Dur& w,
+                                                 const Clock& clock, std::uint64_t near) {
   const std::uint64_t first = h.first_held();
   // Held samples are contiguous from at(0) thanks to the mirror.
   const std::size_t base = h.size ? h.at(0) : 0;
+  // The hint as an index into the held samples (out of range: none).
+  const std::size_t hint =
+      near >= first && near <= h.pushed ? static_cast<std::size_t>(near - first) : h.size + 1;
   switch (w.unit) {
-    case ir::Unit::samples: {
-      const auto n = static_cast<std::size_t>(w.amount);
-      if (h.size < n) return {true, h.pushed, h.pushed};
-      return {true, h.pushed - n, h.pushed};
-    }
+    case ir::Unit::samples: return bounds(h, w, clock);
     case ir::Unit::steps: {
       if (!h.steps_sorted()) return {};
       // (cur - N, cur]: samples of other modes may lie above the current step.
       const std::int64_t lower = step_bound(clock.step, w.amount);
-      const std::int64_t* first_step = &h.step[base];
-      const std::int64_t* last_step = first_step + h.size;
-      const auto lo = std::partition_point(first_step, last_step,
-                                           [&](std::int64_t st) { return st <= lower; });
-      const auto hi = std::partition_point(lo, last_step,
-                                           [&](std::int64_t st) { return st <= clock.step; });
-      return {true, first + static_cast<std::uint64_t>(lo - first_step),
-              first + static_cast<std::uint64_t>(hi - first_step)};
+      const std::int64_t* steps = &h.step[base];
+      const std::size_t lo =
+          first_inside(steps, h.size, hint, [&](std::int64_t st) { return st <= lower; });
+      // Usually the newest sample is this observation's: all are <= step.
+      const std::size_t hi =
+          h.size == 0 || steps[h.size - 1] <= clock.step
+              ? h.size
+              : std::partition_point(steps + lo, steps + h.size,
+                                     [&](std::int64_t st) { return st <= clock.step; }) - steps;
+      return {true, first + lo, first + hi};
     }
     case ir::Unit::seconds: {
       // (now - T, now]; samples taken without a time are in no time window.
       if (std::isnan(clock.time)) return {true, h.pushed, h.pushed};
       if (!h.times_sorted()) return {};
       const double lower = clock.time - w.amount;
-      const double* first_time = &h.time[base];
-      const double* last_time = first_time + h.size;
-      const auto lo = std::partition_point(first_time, last_time,
-                                           [&](double t) { return !(t > lower); });
-      const auto hi = std::partition_point(lo, last_time,
-                                           [&](double t) { return t <= clock.time; });
-      return {true, first + static_cast<std::uint64_t>(lo - first_time),
-              first + static_cast<std::uint64_t>(hi - first_time)};
+      const double* times = &h.time[base];
+      const std::size_t lo =
+          first_inside(times, h.size, hint, [&](double t) { return !(t > lower); });
+      const std::size_t hi =
+          h.size == 0 || times[h.size - 1] <= clock.time
+              ? h.size
+              : std::partition_point(times + lo, times + h.size,
+                                     [&](double t) { return t <= clock.time; }) - times;
+      return {true, first + lo, first + hi};
     }
     case ir::Unit::evals:
     case ir::Unit::epochs: return {};

@@ -206,9 +206,24 @@ class WindowReader {
     bool contiguous = false;
     std::uint64_t lo = 0, hi = 0;
   };
-  static Bounds bounds(const History& h, const ir::Dur& w, const Clock& clock);
+  /// `near`: where the window began last time (a running window's first
+  /// sample number), or no_hint. The result does not depend on it; a step or
+  /// time window that slid by a few samples is then found in O(1) (a short
+  /// scan from it) instead of by two binary searches over the history.
+  static constexpr std::uint64_t no_hint = ~std::uint64_t{0};
+  static Bounds bounds(const History& h, const ir::Dur& w, const Clock& clock,
+                       std::uint64_t near = no_hint) {
+    if (w.unit == ir::Unit::samples) {  // the common case, inline
+      const auto n = static_cast<std::size_t>(w.amount);
+      return {true, h.size < n ? h.pushed : h.pushed - n, h.pushed};
+    }
+    return sorted_bounds(h, w, clock, near);
+  }
 
  private:
+  /// bounds() of step and time windows (and the others' "not contiguous").
+  static Bounds sorted_bounds(const History& h, const ir::Dur& w, const Clock& clock,
+                              std::uint64_t near);
   template <class Keep>
   stdlib::Window gather(const History& h, Keep keep, std::size_t want);
   stdlib::Window one(const History& h, std::size_t p);

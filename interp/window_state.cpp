@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <type_traits>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -28,6 +29,13 @@ constexpr double inf = std::numeric_limits<double>::infinity();
 constexpr double special_above = 1e150;
 
 bool excludes_last(RunKind k) { return k == RunKind::zscore || k == RunKind::iqr_outlier; }
+
+/// Kinds whose value depends on samples beyond 1e150 or +-Inf (specials_):
+/// their sums exclude them, so the window is recomputed while any is held.
+bool reads_specials(RunKind k) {
+  return k == RunKind::sum || k == RunKind::mean || k == RunKind::var || k == RunKind::std_dev ||
+         k == RunKind::zscore || k == RunKind::slope;
+}
 
 /// How many ExactSums a kind keeps: sum/mean Σx; var/std/zscore Σx, Σx²;
 /// slope Σy, Σd·y (d: the step less the window's origin step, whose own
@@ -1236,24 +1244,22 @@ double exact_slope_denominator(__int128 sd, __int128 sdd, double n) {
 
 // ---- Deque --------------------------------------------------------------------
 
-void RunningWindow::Deque::push(double v, std::uint64_t k, bool want_max) {
+template <bool Max>
+void RunningWindow::Deque::push(double v, std::uint64_t k) {
   // Ties: the newer sample replaces the older (it stays longer).
-  while (size > 0 && (want_max ? at(size - 1).v <= v : at(size - 1).v >= v)) --size;
-  if (size == buf.size()) {
-    std::vector<Entry> grown(std::max<std::size_t>(16, buf.size() * 2));
-    for (std::size_t i = 0; i < size; ++i) grown[i] = at(i);
-    buf = std::move(grown);
-    head = 0;
-  }
+  while (size > 0 && (Max ? at(size - 1).v <= v : at(size - 1).v >= v)) --size;
+  if (size == buf.size()) [[unlikely]]
+    grow();
   at(size++) = {v, k};
 }
 
-void RunningWindow::Deque::expire(std::uint64_t lo) {
-  while (size > 0 && at(0).k < lo) {
-    head = (head + 1) & (buf.size() - 1);
-    --size;
-  }
+void RunningWindow::Deque::grow() {
+  std::vector<Entry> grown(std::max<std::size_t>(16, buf.size() * 2));
+  for (std::size_t i = 0; i < size; ++i) grown[i] = at(i);
+  buf = std::move(grown);
+  head = 0;
 }
+
 
 // ---- RankSplit ----------------------------------------------------------------
 
@@ -1791,8 +1797,46 @@ void RunningWindow::relax_exact() {
   live_[1] = false;
 }
 
+/// Calls f(std::integral_constant<RunKind, kind>{}): code written for one
+/// kind, the kind's branches folded at compile time.
+template <class F>
+decltype(auto) with_kind(RunKind kind, F&& f) {
+  using K = RunKind;
+  switch (kind) {
+#define VIGIL_KIND(k) \
+  case K::k: return f(std::integral_constant<K, K::k>{});
+    VIGIL_KIND(none) VIGIL_KIND(sum) VIGIL_KIND(mean) VIGIL_KIND(min) VIGIL_KIND(max)
+    VIGIL_KIND(count_true) VIGIL_KIND(var) VIGIL_KIND(std_dev) VIGIL_KIND(median)
+    VIGIL_KIND(quantile) VIGIL_KIND(delta) VIGIL_KIND(rel_change) VIGIL_KIND(slope)
+    VIGIL_KIND(changes) VIGIL_KIND(any_nan) VIGIL_KIND(zscore) VIGIL_KIND(iqr_outlier)
+#undef VIGIL_KIND
+  }
+  return f(std::integral_constant<K, K::none>{});
+}
+
 template <bool Add>
 void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
+  with_kind(kind, [&](auto c) { move_as<Add, decltype(c)::value>(h, k); });
+}
+
+template <RunKind kind>
+void RunningWindow::slide(const History& h, std::uint64_t lo, std::uint64_t end) {
+  if constexpr (kind == RunKind::median || kind == RunKind::quantile)
+    reserve_splits(kind, sorted_values() + 1);
+  ++removed_;
+  move_as<true, kind>(h, hi_);
+  move_as<false, kind>(h, lo_);  // lo_ becomes lo
+  // The samples that leave next (see the general path in update()).
+  if (lo + 16 < end) {
+    const std::size_t ahead = h.phys(lo + 16);
+    __builtin_prefetch(&h.value[ahead]);
+    if constexpr (kind == RunKind::slope) __builtin_prefetch(&h.step[ahead]);
+  }
+  if constexpr (kind == RunKind::min || kind == RunKind::max) deque_.expire(lo);
+}
+
+template <bool Add, RunKind kind>
+void RunningWindow::move_as(const History& h, std::uint64_t k) {
   const std::size_t p = h.phys(k);
   const double v = h.value[p];
   constexpr std::int64_t sign = Add ? 1 : -1;
@@ -1819,10 +1863,13 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
   }
   const bool is_nan = std::isnan(v);
   nans_ += sign * is_nan;
-  trues_ += sign * ((v != 0) & !is_nan);
+  // Only count_true reads trues_, and only the sum-like kinds specials_
+  // (the kind is fixed between rebuilds, which zero both): the others do
+  // not pay for them on every sample.
+  if (kind == RunKind::count_true) trues_ += sign * ((v != 0) & !is_nan);
   if (is_nan) return;
   const bool special = !(std::abs(v) <= special_above);
-  specials_ += sign * special;
+  if (reads_specials(kind)) specials_ += sign * special;
   auto put = [](ExactSum& s, double x) {
     if constexpr (Add) s.add(x);
     else s.remove(x);
@@ -1830,7 +1877,10 @@ void RunningWindow::move(RunKind kind, const History& h, std::uint64_t k) {
   switch (kind) {
     case RunKind::min:
     case RunKind::max:
-      if constexpr (Add) deque_.push(v, k, kind == RunKind::max);
+      if constexpr (Add) {
+        if constexpr (kind == RunKind::max) deque_.push<true>(v, k);
+        else deque_.push<false>(v, k);
+      }
       break;  // deques expire lazily
     case RunKind::median:
     case RunKind::quantile:
@@ -1891,7 +1941,14 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
   // A slope re-centres its steps once the window has moved on by its own
   // length (amortised O(1)): the origin stays near the window.
   const bool recentre = kind == RunKind::slope && removed_ > std::max<std::uint64_t>(64, 2 * (hi - lo));
-  if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() || kind != kind_) {
+  if (valid_ && lo == lo_ + 1 && end == hi_ + 1 && kind == kind_ && lo_ >= h.first_held() &&
+      !recentre &&
+      (kind != RunKind::iqr_outlier || iqr_heaps_ || end - lo <= iqr_blocks_up_to_)) [[likely]] {
+    // The steady slide (one sample in, one out): the general branch below
+    // without its loops and checks, the same moves in the same order,
+    // compiled per kind.
+    with_kind(kind, [&](auto c) { slide<decltype(c)::value>(h, lo, end); });
+  } else if (!valid_ || lo < lo_ || end < hi_ || lo > hi_ || lo_ < h.first_held() || kind != kind_) {
     rebuild(kind, h, lo, end);
   } else if (kind == RunKind::iqr_outlier && !iqr_heaps_ && end - lo > iqr_blocks_up_to_) {
     // Grown past the blocks' range: into the heaps, once (not counted as a

@@ -352,6 +352,9 @@ class RunningWindow {
   std::optional<double> update(RunKind kind, const History& h, std::uint64_t lo,
                                std::uint64_t hi, std::span<const double> consts);
 
+  /// The first sample of the window it covers (WindowReader::no_hint when
+  /// it covers none): bounds()'s hint for the next observation.
+  [[nodiscard]] std::uint64_t first() const { return valid_ ? lo_ : WindowReader::no_hint; }
   /// Rebuilds done (windows that moved backwards, jumped, or restarted):
   /// tests assert sliding windows do not rebuild.
   [[nodiscard]] std::uint64_t rebuilds() const { return rebuilds_; }
@@ -390,8 +393,17 @@ class RunningWindow {
     std::size_t head = 0, size = 0;
     void clear() { head = size = 0; }
     Entry& at(std::size_t i) { return buf[(head + i) & (buf.size() - 1)]; }
-    void push(double v, std::uint64_t k, bool want_max);
-    void expire(std::uint64_t lo);
+    /// Appends sample k (a max deque: Max; else a min deque).
+    template <bool Max>
+    void push(double v, std::uint64_t k);
+    void grow();
+    /// Drops the entries of samples before lo (inline: once per observation).
+    void expire(std::uint64_t lo) {
+      while (size > 0 && at(0).k < lo) {
+        head = (head + 1) & (buf.size() - 1);
+        --size;
+      }
+    }
   };
   /// One order statistic of the window (NaN aside), split at a rank r: a
   /// max-heap of the r + 1 lowest values and a min-heap of the others, so
@@ -479,6 +491,13 @@ class RunningWindow {
   /// counts and sums with opposite signs.
   template <bool Add>
   void move(RunKind kind, const History& h, std::uint64_t k);
+  /// move() compiled for one kind.
+  template <bool Add, RunKind kind>
+  void move_as(const History& h, std::uint64_t k);
+  /// The steady slide of update() (sample hi_ enters, lo_ leaves; the window
+  /// becomes [lo, end)), compiled for one kind.
+  template <RunKind kind>
+  void slide(const History& h, std::uint64_t lo, std::uint64_t end);
 
   bool valid_ = false;
   RunKind kind_ = RunKind::none;  // the kind the state was built for

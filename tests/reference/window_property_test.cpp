@@ -800,4 +800,85 @@ TEST(RunningWindow, HugeWindowOverAShortTraceIsExact) {
   EXPECT_EQ(fired, 990);  // from step 10 on, 3 stays in the window
 }
 
+// WindowReader::bounds with a hint (a running window's previous first
+// sample) finds the same window as without one and as a naive scan, for any
+// hint: just before or after the answer, far from it, evicted, past the end,
+// none; on histories that evict, with repeated and gapped steps and times,
+// sometimes out of order (not contiguous then), and clocks behind the newest
+// sample (another mode's lower step).
+RC_GTEST_PROP(WindowBounds, AHintNeverChangesTheWindow, ()) {
+  using vigil::interp::WindowReader;
+  const bool steps = *rc::gen::arbitrary<bool>();
+  const double amount = *rc::gen::inRange(0, 40) + (*rc::gen::inRange(0, 3) == 0 ? 0.5 : 0.0);
+  namespace ir = vigil::ir;
+  const ir::Dur w{steps ? ir::Unit::steps : ir::Unit::seconds, amount};
+  const int n = *rc::gen::inRange(1, 300);
+  const bool disorder = *rc::gen::inRange(0, 5) == 0;
+  std::uint64_t r = *rc::gen::arbitrary<std::uint64_t>() | 1;
+  auto next = [&] {
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    return r;
+  };
+  vigil::interp::History h;
+  h.reserve(static_cast<std::size_t>(*rc::gen::inRange(2, 64)));  // evicts past it
+  std::int64_t step = 0;
+  double time = 100;
+  std::uint64_t prev_lo = WindowReader::no_hint;
+  for (int i = 0; i < n; ++i) {
+    const auto gap = next() % 10;
+    step += gap < 3 ? 0 : gap < 8 ? 1 : static_cast<std::int64_t>(next() % 20);
+    time += gap < 3 ? 0 : gap < 8 ? 1 : static_cast<double>(next() % 20);
+    const bool back = disorder && next() % 8 == 0;
+    h.put(0, back ? step - 5 : step, back ? time - 5 : time, 0);
+    vigil::interp::Clock clock;
+    clock.step = next() % 6 == 0 ? step - static_cast<std::int64_t>(next() % 4) : step;
+    clock.time = next() % 6 == 0 ? time - static_cast<double>(next() % 4) : time;
+    const auto plain = WindowReader::bounds(h, w, clock);
+    // The naive window: held samples with key in (now - amount, now].
+    const bool sorted = steps ? h.steps_sorted() : h.times_sorted();
+    RC_ASSERT(plain.contiguous == sorted);
+    if (sorted) {
+      std::uint64_t lo = h.pushed, hi = h.first_held();
+      for (std::uint64_t k = h.first_held(); k < h.pushed; ++k) {
+        const std::size_t p = h.phys(k);
+        const bool in = steps ? h.step[p] > vigil::interp::step_bound(clock.step, amount) &&
+                                    h.step[p] <= clock.step
+                              : h.time[p] > clock.time - amount && h.time[p] <= clock.time;
+        if (in) {
+          lo = std::min(lo, k);
+          hi = k + 1;
+        }
+      }
+      if (lo == h.pushed) {
+        RC_ASSERT(plain.lo == plain.hi);
+      } else {
+        RC_ASSERT(plain.lo == lo);
+        RC_ASSERT(plain.hi == hi);
+      }
+    }
+    const std::uint64_t first = h.first_held();
+    const std::uint64_t hints[] = {prev_lo,
+                                   WindowReader::no_hint,
+                                   plain.lo,
+                                   plain.lo + 1,
+                                   plain.lo > 0 ? plain.lo - 1 : 0,
+                                   plain.lo + 6,
+                                   plain.lo > 6 ? plain.lo - 6 : 0,
+                                   first,
+                                   first > 0 ? first - 1 : 0,
+                                   h.pushed,
+                                   h.pushed + 1,
+                                   first + next() % (h.size + 2)};
+    for (const std::uint64_t hint : hints) {
+      const auto b = WindowReader::bounds(h, w, clock, hint);
+      RC_ASSERT(b.contiguous == plain.contiguous);
+      RC_ASSERT(b.lo == plain.lo);
+      RC_ASSERT(b.hi == plain.hi);
+    }
+    prev_lo = plain.lo;
+  }
+}
+
 }  // namespace
