@@ -119,8 +119,8 @@ struct MonitorOptions {
   /// training step the model's own work keeps the other cores busy: splitting
   /// a large gradient with a stats worker costs a wake-up and the worker's CPU
   /// time and saves no step time (docs/performance.md, goal 5: the 78
-  /// gradients of the 6.9 M transformer in 1.31 ms of CPU and wall time on
-  /// the calling thread, 1.45 ms with the pool). The stats are the same
+  /// gradients of the 6.9 M transformer in 1.31-1.42 ms of CPU and wall time
+  /// on the calling thread, 1.45-1.52 ms with the pool). The stats are the same
   /// either way. false: the process-wide StatsThreading applies.
   bool stats_on_calling_thread = true;
   /// Where the stats of a tensor are computed (docs/torch.md, "Tensors on an
