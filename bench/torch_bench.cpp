@@ -12,6 +12,9 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -22,6 +25,7 @@
 #include <string_view>
 
 #include <sys/resource.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include "bench/verify.hpp"
@@ -136,6 +140,11 @@ struct Trainee {
   std::function<torch::Tensor(std::int64_t step, Watch&)> loss;
 };
 
+// A training step's phases, in order. `forward` includes activation(),
+// `monitor` after_backward and after_step.
+enum Phase : std::size_t { forward, backward, monitor, optimizer, kPhases };
+constexpr const char* phase_names[kPhases] = {"forward", "backward", "monitor", "optimizer"};
+
 // One side of a pair, bare or watched, and what its steps took.
 struct PairSide {
   Trainee trainee;
@@ -148,28 +157,44 @@ struct PairSide {
   double monitor_cpu = 0;    // the same in this thread's CPU time
   long faults = 0;           // minor page faults during steps
   double last_wall = 0, last_cpu = 0;  // of the latest step
+  // The latest step's process CPU time by phase: where a watched step's
+  // extra time goes (the Monitor's own work, or the model's phases slowed
+  // by what the Monitor did to the caches).
+  std::array<double, kPhases> last_phase{};
 };
 
 void paired_step(PairSide& r, std::int64_t step) {
   const auto wall0 = std::chrono::steady_clock::now();
   const double cpu0 = process_cpu_seconds();
   const long faults0 = minor_faults();
+  double mark = cpu0;
+  auto phase_done = [&](Phase p) {
+    const double now = process_cpu_seconds();
+    r.last_phase[p] += now - mark;
+    mark = now;
+  };
+  r.last_phase.fill(0);
   r.trainee.opt->zero_grad();
   auto loss = r.trainee.loss(step, r.watch);
+  phase_done(forward);
   loss.backward();
   const double value = loss.item<double>();
+  phase_done(backward);
   bool skip = false;
   auto m0 = std::chrono::steady_clock::now();
   double c0 = thread_cpu_seconds();
   if (r.monitor) skip = r.monitor->after_backward(step, value).skip_step;
   r.monitor_wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
   r.monitor_cpu += thread_cpu_seconds() - c0;
+  phase_done(monitor);
   if (!skip) r.trainee.opt->step();
+  phase_done(optimizer);
   m0 = std::chrono::steady_clock::now();
   c0 = thread_cpu_seconds();
   if (r.monitor) r.monitor->after_step(step);
   r.monitor_wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
   r.monitor_cpu += thread_cpu_seconds() - c0;
+  phase_done(monitor);
   r.faults += minor_faults() - faults0;
   if (std::isnan(r.first_loss)) r.first_loss = value;
   r.loss = value;
@@ -179,10 +204,40 @@ void paired_step(PairSide& r, std::int64_t step) {
   r.wall += r.last_wall;
 }
 
+// The median of `v` and its 95% bootstrap interval (2000 resamples of the
+// pairs, a fixed seed so a run's numbers are reproducible from its ratios):
+// what tells an overhead under 2% from noise. Pairs close in time share the
+// load, so this interval is a little narrower than the truth.
+struct MedianInterval {
+  double median = 0, lo = 0, hi = 0;
+};
+MedianInterval median_interval(const std::vector<double>& v) {
+  MedianInterval out;
+  out.median = median(v);
+  if (v.size() < 2) {
+    out.lo = out.hi = out.median;
+    return out;
+  }
+  std::mt19937_64 rng(14);
+  std::uniform_int_distribution<std::size_t> pick(0, v.size() - 1);
+  std::vector<double> medians, sample(v.size());
+  constexpr int kResamples = 2000;
+  medians.reserve(kResamples);
+  for (int i = 0; i < kResamples; ++i) {
+    for (double& x : sample) x = v[pick(rng)];
+    medians.push_back(median(sample));
+  }
+  std::sort(medians.begin(), medians.end());
+  out.lo = medians[kResamples / 40];
+  out.hi = medians[kResamples - 1 - kResamples / 40];
+  return out;
+}
+
 // `make` is called after torch::manual_seed(1) for each side, so both start
 // from the same weights.
+using Tweak = std::function<void(vigil::torch::MonitorOptions&)>;
 void make_side(PairSide& r, const std::function<Trainee()>& make, const vigil::Program* rules,
-               const std::string& dir, bool only_due) {
+               const std::string& dir, bool only_due, const Tweak& tweak) {
   torch::manual_seed(1);
   r.trainee = make();
   if (!rules) return;
@@ -190,24 +245,39 @@ void make_side(PairSide& r, const std::function<Trainee()>& make, const vigil::P
   vigil::torch::MonitorOptions o;
   o.checkpoint_dir = dir;
   o.only_due_tensors = only_due;
+  if (tweak) tweak(o);
   r.monitor = std::make_unique<vigil::torch::Monitor>(*r.engine, *r.trainee.model, *r.trainee.opt, o);
   r.watch.monitor = r.monitor.get();
 }
 
 void run_pair(benchmark::State& state, const vigil::CompileResult& rules, bool only_due,
-              const std::function<Trainee()>& make) {
+              const std::function<Trainee()>& make, const Tweak& tweak = {}) {
   if (!vigil::bench::expect(state, rules.ok(), rules.format_diagnostics())) return;
+  // glibc gives freed tensor memory back to the kernel (its dynamic mmap and
+  // trim thresholds) and faults it in again: ~1,800 page faults per
+  // transformer step on either side, which move single steps by +-10% and
+  // hide a 2% effect in the pairs' ratios (the Monitor does not cause them:
+  // the watched side faults no more than the bare one). Keeping the heap, as
+  // a long training process ends up doing, makes the pairs comparable.
+  static const bool heap_kept = [] {
+    return ::mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && ::mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
+  }();
+  (void)heap_kept;
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("vigil-pair-bench-" + std::to_string(::getpid()))).string();
   PairSide plain, watched;
-  make_side(plain, make, nullptr, dir, only_due);
-  make_side(watched, make, &*rules.program, dir, only_due);
+  make_side(plain, make, nullptr, dir, only_due, tweak);
+  make_side(watched, make, &*rules.program, dir, only_due, tweak);
   std::int64_t params = 0;
   for (const auto& p : plain.trainee.model->parameters()) params += p.numel();
   std::int64_t step = 0;
   // Per step pair: the watched step's time over the bare one's. Their median
   // is robust to the bursts of a loaded machine, which a ratio of sums is not.
   std::vector<double> wall_ratio, cpu_ratio;
+  // Per step pair and phase: the watched phase's CPU time minus the bare
+  // one's, over the bare step's CPU time.
+  std::array<std::vector<double>, kPhases> phase_delta;
+  std::vector<std::vector<double>> pair_log;
   for (auto _ : state) {
     ++step;
     if (step % 2) {
@@ -219,6 +289,26 @@ void run_pair(benchmark::State& state, const vigil::CompileResult& rules, bool o
     }
     wall_ratio.push_back(watched.last_wall / plain.last_wall);
     cpu_ratio.push_back(watched.last_cpu / plain.last_cpu);
+    for (std::size_t p = 0; p < kPhases; ++p)
+      phase_delta[p].push_back((watched.last_phase[p] - plain.last_phase[p]) / plain.last_cpu);
+    auto& log = pair_log.emplace_back();
+    log = {plain.last_wall, watched.last_wall, plain.last_cpu, watched.last_cpu};
+    log.insert(log.end(), plain.last_phase.begin(), plain.last_phase.end());
+    log.insert(log.end(), watched.last_phase.begin(), watched.last_phase.end());
+  }
+  if (const char* dump = std::getenv("VIGIL_PAIR_DUMP")) {
+    // One line per step pair, for a look at the distribution behind the
+    // medians: step, which side went first, bare and watched wall and CPU.
+    if (std::FILE* f = std::fopen(dump, "a")) {
+      std::fprintf(f, "# pairs of %zu steps\n", pair_log.size());
+      for (std::size_t i = 0; i < pair_log.size(); ++i) {
+        const auto& r = pair_log[i];
+        std::fprintf(f, "%zu %d %.6f %.6f %.6f %.6f", i + 1, (i + 1) % 2 ? 0 : 1, r[0], r[1], r[2], r[3]);
+        for (std::size_t k = 4; k < r.size(); ++k) std::fprintf(f, " %.6f", r[k]);
+        std::fprintf(f, "\n");
+      }
+      std::fclose(f);
+    }
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
@@ -232,8 +322,18 @@ void run_pair(benchmark::State& state, const vigil::CompileResult& rules, bool o
   state.counters["loss_last"] = plain.loss;
   state.counters["bare_ms"] = 1e3 * plain.wall / n;
   state.counters["monitor_ms"] = 1e3 * watched.wall / n;
-  state.counters["overhead_%"] = 100 * (median(wall_ratio) - 1);
-  state.counters["cpu_overhead_%"] = 100 * (median(cpu_ratio) - 1);
+  const MedianInterval wall = median_interval(wall_ratio), cpu = median_interval(cpu_ratio);
+  state.counters["overhead_%"] = 100 * (wall.median - 1);
+  state.counters["overhead_lo_%"] = 100 * (wall.lo - 1);
+  state.counters["overhead_hi_%"] = 100 * (wall.hi - 1);
+  state.counters["cpu_overhead_%"] = 100 * (cpu.median - 1);
+  state.counters["cpu_overhead_lo_%"] = 100 * (cpu.lo - 1);
+  state.counters["cpu_overhead_hi_%"] = 100 * (cpu.hi - 1);
+  state.counters["pairs"] = n;
+  // Where the CPU overhead goes: the median per phase (they need not add up
+  // to the median of the whole).
+  for (std::size_t p = 0; p < kPhases; ++p)
+    state.counters[std::string("d_") + phase_names[p] + "_cpu_%"] = 100 * median(phase_delta[p]);
   state.counters["sum_overhead_%"] = 100 * (watched.wall - plain.wall) / plain.wall;
   state.counters["in_monitor_ms"] = 1e3 * watched.monitor_wall / n;
   state.counters["in_monitor_%"] = 100 * watched.monitor_wall / plain.wall;
@@ -268,15 +368,13 @@ const vigil::CompileResult& loss_rule_only() {
   return rules;
 }
 
-// The recommended rules with the stats on the calling thread only. By
-// default the stats pool splits tensors >= 4 MiB over the cores
-// (StatsThreading); in a training process the model's own work keeps them
-// busy, and handing a gradient to a second thread can cost more than it saves.
-void run_pair_one_stats_thread(benchmark::State& state, const std::function<Trainee()>& make) {
-  const vigil::StatsThreading saved = vigil::stats_threading();
-  vigil::set_stats_threading({1, saved.min_bytes});
-  run_pair(state, recommended_rules(), true, make);
-  vigil::set_stats_threading(saved);
+// The recommended rules with the stats pool allowed (MonitorOptions::
+// stats_on_calling_thread = false): by default the Monitor computes its
+// stats on the calling thread; this row splits tensors >= 4 MiB over the
+// cores (StatsThreading), as the Monitor did before.
+void run_pair_stats_pool(benchmark::State& state, const std::function<Trainee()>& make) {
+  run_pair(state, recommended_rules(), true, make,
+           [](vigil::torch::MonitorOptions& o) { o.stats_on_calling_thread = false; });
 }
 
 // The worst case: a CNN of 5.3 M parameters (three conv+ReLU+pool blocks,
@@ -338,11 +436,9 @@ void BM_Cnn5M_RecommendedRules(benchmark::State& s) { run_pair(s, recommended_ru
 void BM_Cnn5M_Every10Steps_OnlyDue(benchmark::State& s) { run_pair(s, sampled_rules(), true, make_cnn); }
 void BM_Cnn5M_Every10Steps_EveryStep(benchmark::State& s) { run_pair(s, sampled_rules(), false, make_cnn); }
 void BM_Cnn5M_LossRuleOnly(benchmark::State& s) { run_pair(s, loss_rule_only(), true, make_cnn); }
-void BM_Cnn5M_RecommendedRules_OneStatsThread(benchmark::State& s) {
-  run_pair_one_stats_thread(s, make_cnn);
-}
+void BM_Cnn5M_RecommendedRules_StatsPool(benchmark::State& s) { run_pair_stats_pool(s, make_cnn); }
 BENCHMARK(BM_Cnn5M_RecommendedRules)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Cnn5M_RecommendedRules_OneStatsThread)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Cnn5M_RecommendedRules_StatsPool)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Cnn5M_Every10Steps_OnlyDue)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Cnn5M_Every10Steps_EveryStep)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Cnn5M_LossRuleOnly)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -460,14 +556,68 @@ void BM_Transformer7M_Every10Steps_EveryStep(benchmark::State& s) {
 void BM_Transformer7M_LossRuleOnly(benchmark::State& s) {
   run_pair(s, loss_rule_only(), true, make_transformer);
 }
-void BM_Transformer7M_RecommendedRules_OneStatsThread(benchmark::State& s) {
-  run_pair_one_stats_thread(s, make_transformer);
+void BM_Transformer7M_RecommendedRules_StatsPool(benchmark::State& s) {
+  run_pair_stats_pool(s, make_transformer);
 }
 BENCHMARK(BM_Transformer7M_RecommendedRules)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Transformer7M_RecommendedRules_OneStatsThread)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Transformer7M_RecommendedRules_StatsPool)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Transformer7M_Every10Steps_OnlyDue)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Transformer7M_Every10Steps_EveryStep)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Transformer7M_LossRuleOnly)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Where a watched step's extra time goes, on one model without pairing
+// noise: the recommended rules' gradient stats (norm and abs_mean of all 78
+// gradients, 27 MB) right after backward, by step in turn: none (the
+// baseline), on the calling thread, or with the stats pool splitting the
+// tensors >= 4 MiB over two threads. Timed: the stats (process CPU and wall)
+// and the next phases (the optimizer, the next step's backward) in this
+// thread's CPU time, which would grow if the read evicted what they need.
+void BM_Transformer7M_GradStatsAfterBackward(benchmark::State& state) {
+  torch::manual_seed(1);
+  Trainee t = make_transformer();
+  Watch none;
+  std::int64_t step = 0;
+  const vigil::StatMask mask = vigil::stat_bit(vigil::Stat::norm) | vigil::stat_bit(vigil::Stat::abs_mean);
+  const vigil::StatsThreading saved = vigil::stats_threading();
+  enum Way { no_stats, calling_thread, pool, kWays };
+  std::vector<double> stats_cpu[kWays], stats_wall[kWays], opt_cpu[kWays], bwd_cpu[kWays];
+  int way = no_stats;  // of the previous step, for the backward after it
+  for (auto _ : state) {
+    t.opt->zero_grad();
+    auto loss = t.loss(++step, none);
+    double c0 = thread_cpu_seconds();
+    loss.backward();
+    bwd_cpu[way].push_back(thread_cpu_seconds() - c0);
+    way = static_cast<int>(step % kWays);
+    vigil::set_stats_threading({way == pool ? 2u : 1u, saved.min_bytes});
+    c0 = process_cpu_seconds();
+    const auto w0 = std::chrono::steady_clock::now();
+    if (way != no_stats)
+      for (const auto& p : t.model->parameters()) {
+        const auto g = p.grad();
+        const vigil::TensorView v{g.data_ptr(), vigil::DType::float32,
+                                  {g.sizes().data(), g.sizes().size()},
+                                  {g.strides().data(), g.strides().size()}};
+        benchmark::DoNotOptimize(vigil::compute_stats(v, mask));
+      }
+    stats_cpu[way].push_back(process_cpu_seconds() - c0);
+    stats_wall[way].push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+    c0 = thread_cpu_seconds();
+    t.opt->step();
+    opt_cpu[way].push_back(thread_cpu_seconds() - c0);
+  }
+  vigil::set_stats_threading(saved);
+  const char* names[kWays] = {"none", "calling", "pool"};
+  for (int k = 0; k < kWays; ++k) {
+    const std::string n = names[k];
+    state.counters["stats_cpu_ms_" + n] = 1e3 * median(stats_cpu[k]);
+    state.counters["stats_wall_ms_" + n] = 1e3 * median(stats_wall[k]);
+    state.counters["optimizer_ms_after_" + n] = 1e3 * median(opt_cpu[k]);
+    state.counters["backward_ms_after_" + n] = 1e3 * median(bwd_cpu[k]);
+  }
+}
+BENCHMARK(BM_Transformer7M_GradStatsAfterBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // 64 MiB of float32, normal values.
 const torch::Tensor& big() {

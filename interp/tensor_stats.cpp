@@ -692,6 +692,8 @@ void merge(Acc& into, const Acc& part) {
 
 std::atomic<unsigned> threading_threads{0};
 std::atomic<std::size_t> threading_min_bytes{std::size_t{4} << 20};
+// Set while a detail::StatsOnCallingThread lives on this thread.
+thread_local bool calling_thread_only = false;
 
 /// Persistent workers for chunked reductions. One job at a time: a caller
 /// that finds the pool busy does its chunks alone (same result).
@@ -819,7 +821,7 @@ bool accumulate_float32_fast(const float* p, std::int64_t count, unsigned needs,
   unsigned threads = threading_threads.load(std::memory_order_relaxed);
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   const bool parallel =
-      chunks > 1 && threads > 1 &&
+      chunks > 1 && threads > 1 && !calling_thread_only &&
       static_cast<std::size_t>(count) * sizeof(float) >= threading_min_bytes.load(std::memory_order_relaxed) &&
       Pool::instance().run(static_cast<unsigned>(std::min<std::int64_t>(threads - 1, chunks - 1)),
                            chunks, &reduce_chunk, &job);
@@ -986,6 +988,11 @@ void detail::force_stats_kernel(StatsKernel kernel) {
   (void)kernel;
 #endif
 }
+
+detail::StatsOnCallingThread::StatsOnCallingThread() : saved_(calling_thread_only) {
+  calling_thread_only = true;
+}
+detail::StatsOnCallingThread::~StatsOnCallingThread() { calling_thread_only = saved_; }
 
 void set_stats_threading(const StatsThreading& options) {
   threading_threads.store(options.threads, std::memory_order_relaxed);

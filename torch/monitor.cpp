@@ -5,6 +5,7 @@
 #include "vigil/torch.hpp"
 
 #include "activation_stats.hpp"
+#include "interp/tensor_stats.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -621,6 +623,8 @@ struct Monitor::Impl {
     const TensorView v{t->data_ptr(), dtype, {t->sizes().data(), t->sizes().size()},
                        {t->strides().data(), t->strides().size()}};
     p.params_at = param_values.size();
+    std::optional<vigil::detail::StatsOnCallingThread> one_thread;
+    if (options.stats_on_calling_thread) one_thread.emplace();
     if (!(params && fused_zero_and_dead_units(a, v, emit, p))) {
       if (emit != 0) p.stats = compute_stats(v, emit);
       if (params)
@@ -1227,7 +1231,11 @@ Decision Monitor::after_backward(std::int64_t step, double loss) {
   // training, and goes on across resumes with the engine state.
   ObserveOptions observe_options;
   observe_options.time = run_time;
+  // The engine computes the tensors' stats inside observe, on this thread.
+  std::optional<vigil::detail::StatsOnCallingThread> one_thread;
+  if (m.options.stats_on_calling_thread) one_thread.emplace();
   const auto firings = m.engine.observe(step, m.samples, m.tensors, observe_options);
+  one_thread.reset();
   for (const Firing& f : firings) {
     d.firings.push_back({f.rule_name(), f.step, format_series_key("", *f.labels),
                          f.value ? *f.value : std::numeric_limits<double>::quiet_NaN()});

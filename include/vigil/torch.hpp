@@ -113,6 +113,16 @@ struct MonitorOptions {
   /// tensors handed over). The stats are those of the value
   /// passed at the call, even if the model later changes it in place.
   bool activation_stats_in_forward = true;
+  /// Compute the stats of the tensors the Monitor hands over (in
+  /// after_backward and activation()) on the calling thread only, whatever
+  /// vigil::set_stats_threading says for the rest of the process. In a
+  /// training step the model's own work keeps the other cores busy: splitting
+  /// a large gradient with a stats worker costs a wake-up and the worker's CPU
+  /// time and saves no step time (docs/performance.md, goal 5: the 78
+  /// gradients of the 6.9 M transformer in 1.31-1.42 ms of CPU and wall time
+  /// on the calling thread, 1.45-1.52 ms with the pool). The stats are the same
+  /// either way. false: the process-wide StatsThreading applies.
+  bool stats_on_calling_thread = true;
   /// Where the stats of a tensor are computed (docs/torch.md, "Tensors on an
   /// accelerator"). `non_cpu`: a tensor on another device is reduced there
   /// by batched_stats() and only the stats come back; a CPU tensor is read
