@@ -1260,7 +1260,6 @@ void RunningWindow::Deque::grow() {
   head = 0;
 }
 
-
 // ---- RankSplit ----------------------------------------------------------------
 
 namespace {

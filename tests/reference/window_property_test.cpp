@@ -245,14 +245,8 @@ rc::Gen<Case> gen_case() {
     // windows); the others have untimed observations (recomputed).
     const bool untimed = *rc::gen::inRange(0, 2) == 0;
     const std::uint64_t seed = *rc::gen::arbitrary<std::uint64_t>();
-    std::uint64_t r = seed | 1;
-    auto next = [&] {  // xorshift64: cheap randomness inside one case
-      r ^= r << 13;
-      r ^= r >> 7;
-      r ^= r << 17;
-      return r;
-    };
-    auto uniform = [&] { return static_cast<double>(next() >> 11) / 9007199254740992.0; };
+    vigil_test::Xorshift next{seed | 1};  // cheap randomness inside one case
+    auto uniform = [&] { return next.uniform(); };
     std::int64_t step = *rc::gen::inRange(0, 100);
     double time = 1000;
     for (int i = 0; i < n; ++i) {
@@ -374,13 +368,7 @@ RC_GTEST_PROP(OrderStatistics, RankSplitMatchesASortOfTheWindow, ()) {
   const int n = *rc::gen::inRange(1, 4000);
   const int palette = *rc::gen::inRange(0, 3);  // 0: few values (ties), 1: spread, 2: mixed
   const bool nans = *rc::gen::inRange(0, 4) == 0;
-  std::uint64_t r = *rc::gen::arbitrary<std::uint64_t>() | 1;
-  auto next = [&] {
-    r ^= r << 13;
-    r ^= r >> 7;
-    r ^= r << 17;
-    return r;
-  };
+  vigil_test::Xorshift next{*rc::gen::arbitrary<std::uint64_t>() | 1};
   vigil::interp::History h;
   h.reserve(8192);  // nothing is evicted: every window below stays held
   const double few[] = {0.0, -0.0, 1.0, -1.0, 2.5, INFINITY, -INFINITY};
@@ -541,7 +529,9 @@ TEST(OrderStatistics, OrderBlocksOverALongWindow) {
     EXPECT_TRUE(same_bits(q3, sorted_quantile(w, 0.75))) << hi;
     EXPECT_LE(blocks.blocks(), 8 * blocks.size() / (3 * vigil::interp::OrderBlocks::C) + 1);
     // More than 64 directory groups: the groups are binary-searched.
-    if (hi > width) EXPECT_GT(blocks.blocks(), 64 * vigil::interp::OrderBlocks::G) << hi;
+    if (hi > width) {
+      EXPECT_GT(blocks.blocks(), 64 * vigil::interp::OrderBlocks::G) << hi;
+    }
   }
 }
 
@@ -814,13 +804,7 @@ RC_GTEST_PROP(WindowBounds, AHintNeverChangesTheWindow, ()) {
   const ir::Dur w{steps ? ir::Unit::steps : ir::Unit::seconds, amount};
   const int n = *rc::gen::inRange(1, 300);
   const bool disorder = *rc::gen::inRange(0, 5) == 0;
-  std::uint64_t r = *rc::gen::arbitrary<std::uint64_t>() | 1;
-  auto next = [&] {
-    r ^= r << 13;
-    r ^= r >> 7;
-    r ^= r << 17;
-    return r;
-  };
+  vigil_test::Xorshift next{*rc::gen::arbitrary<std::uint64_t>() | 1};
   vigil::interp::History h;
   h.reserve(static_cast<std::size_t>(*rc::gen::inRange(2, 64)));  // evicts past it
   std::int64_t step = 0;
