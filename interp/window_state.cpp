@@ -1297,12 +1297,24 @@ bool above(const Node& a, const Node& b) {
 }
 
 constexpr std::size_t arity = 4;
-/// Dead nodes a heap may hold beyond as many as its live ones.
-constexpr std::size_t trim_slack = 64;
+// LineAllocator<Node, 1> (RankSplit::Heap) puts each node's children on one line.
+static_assert(arity * sizeof(Node) == 64);
+
+/// The best of a[first, first + N): a tournament, without branches.
+template <bool High, std::size_t N>
+std::size_t best_of(const Node* a, std::size_t first) {
+  if constexpr (N == 1) {
+    return first;
+  } else {
+    const std::size_t l = best_of<High, N / 2>(a, first);
+    const std::size_t r = best_of<High, N / 2>(a, first + N / 2);
+    return above<High>(a[r], a[l]) ? r : l;
+  }
+}
 
 }  // namespace
 
-void RunningWindow::RankSplit::reserve(std::size_t values) {
+void RunningWindow::RankSplit::grow(std::size_t values) {
   // A heap holds at most twice its live nodes plus a slack (trim), and
   // either may hold the whole window while the split is moved.
   const std::size_t want = 2 * values + 2 * trim_slack;
@@ -1322,7 +1334,7 @@ void RunningWindow::RankSplit::sift_up(Node* heap, std::size_t i, Node x) {
 }
 
 template <bool High>
-RunningWindow::RankSplit::Node RunningWindow::RankSplit::pop_top(std::vector<Node>& heap) {
+RunningWindow::RankSplit::Node RunningWindow::RankSplit::pop_top(Heap& heap) {
   const Node top = heap[0];
   const Node x = heap.back();
   heap.pop_back();
@@ -1353,10 +1365,7 @@ RunningWindow::RankSplit::Node RunningWindow::RankSplit::pop_top(std::vector<Nod
       const char* g = reinterpret_cast<const char*>(a + grand);
       for (std::size_t b = 0; b < arity * arity * sizeof(Node); b += 64) __builtin_prefetch(g + b);
     }
-    // A tournament (two independent comparisons, then one), without branches.
-    const std::size_t l = above<High>(a[first + 1], a[first]) ? first + 1 : first;
-    const std::size_t r = above<High>(a[first + 3], a[first + 2]) ? first + 3 : first + 2;
-    const std::size_t best = above<High>(a[r], a[l]) ? r : l;
+    const std::size_t best = best_of<High, arity>(a, first);
     a[i] = a[best];
     i = best;
   }
@@ -1365,7 +1374,7 @@ RunningWindow::RankSplit::Node RunningWindow::RankSplit::pop_top(std::vector<Nod
 }
 
 template <bool High>
-void RunningWindow::RankSplit::trim(std::vector<Node>& heap, std::size_t live, std::uint64_t lo) {
+void RunningWindow::RankSplit::trim(Heap& heap, std::size_t live, std::uint64_t lo) {
   if (heap.size() <= 2 * live + trim_slack) return;
   // Keep the live nodes, then heapify bottom-up (Floyd): O(n).
   heap.erase(std::remove_if(heap.begin(), heap.end(), [lo](const Node& x) { return x.k < lo; }),
@@ -1419,7 +1428,7 @@ void RunningWindow::RankSplit::settle(std::uint64_t lo) {
 }
 
 template <bool High>
-void RunningWindow::RankSplit::push_root(std::vector<Node>& heap, Node x) {
+void RunningWindow::RankSplit::push_root(Heap& heap, Node x) {
   // x is above every node (it comes from the other heap's top): the path
   // from the new leaf to the root moves down one level, no comparisons.
   heap.emplace_back();

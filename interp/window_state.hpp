@@ -39,6 +39,8 @@
 #include <cstddef>
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
+#include <new>
 #include <optional>
 #include <span>
 #include <utility>
@@ -270,6 +272,32 @@ struct OrderNode {
   std::uint64_t k;    // sample number
 };
 
+/// An allocator whose element `First` starts a 64-byte cache line: the
+/// order statistics' hot groups of values (a 4-ary heap's four children of
+/// 16 bytes, First = 1; a block of sorted doubles, First = 0) then span one
+/// line (or whole lines) instead of straddling two.
+template <class T, std::size_t First>
+struct LineAllocator {
+  static constexpr std::size_t line = 64;
+  static constexpr std::size_t skew = (line - First * sizeof(T) % line) % line;  // element 0's offset in its line
+  using value_type = T;
+  template <class U>
+  struct rebind {
+    using other = LineAllocator<U, First>;
+  };
+  LineAllocator() = default;
+  template <class U>
+  LineAllocator(const LineAllocator<U, First>& /*other*/) {}
+  T* allocate(std::size_t n) {
+    auto* p = static_cast<char*>(::operator new(n * sizeof(T) + skew, std::align_val_t{line}));
+    return reinterpret_cast<T*>(p + skew);
+  }
+  void deallocate(T* p, std::size_t n) {
+    ::operator delete(reinterpret_cast<char*>(p) - skew, n * sizeof(T) + skew, std::align_val_t{line});
+  }
+  friend bool operator==(const LineAllocator&, const LineAllocator&) { return true; }
+};
+
 /// All order statistics of the window (NaN aside) at once, for
 /// iqr_outlier's two quartiles: the values themselves, sorted by (value,
 /// age) in blocks of at most C, a directory of the blocks' counts and last
@@ -332,7 +360,7 @@ class OrderBlocks {
   void rebalance(std::size_t j);
   [[nodiscard]] double at(Cursor& c, std::size_t r);
 
-  std::vector<double> pool_;          // block b: pool_[b·C, b·C + C)
+  std::vector<double, LineAllocator<double, 0>> pool_;  // block b: pool_[b·C, b·C + C)
   std::vector<std::uint32_t> free_;   // unused block ids
   std::vector<std::uint32_t> id_, count_;  // the directory, in order
   std::vector<double> last_;          // each block's last value (NaN past nb_)
@@ -429,7 +457,8 @@ class RunningWindow {
   /// (no allocation once it stops growing).
   struct RankSplit {
     using Node = OrderNode;
-    std::vector<Node> low, high;  // low: max-heap; high: min-heap (live and dead nodes)
+    using Heap = std::vector<Node, LineAllocator<Node, 1>>;  // 4-ary: children of i at 4i + 1
+    Heap low, high;  // low: max-heap; high: min-heap (live and dead nodes)
     std::size_t live_low = 0, live_high = 0;
     void clear() {
       low.clear();
@@ -437,8 +466,13 @@ class RunningWindow {
       live_low = live_high = 0;
     }
     [[nodiscard]] std::size_t size() const { return live_low + live_high; }
-    /// Room for a window of `values` values.
-    void reserve(std::size_t values);
+    /// Room for a window of `values` values (inline: the steady slide asks
+    /// once per sample, and the answer is almost always "there is").
+    void reserve(std::size_t values) {
+      if (std::min(low.capacity(), high.capacity()) < 2 * values + 2 * trim_slack) grow(values);
+    }
+    /// Dead nodes a heap may hold beyond as many as its live ones.
+    static constexpr std::size_t trim_slack = 64;
     void insert(double v, std::uint64_t k);
     /// Sample k, of value v, left the window; `lo`: the window's first sample now.
     void erase(double v, std::uint64_t k, std::uint64_t lo);
@@ -448,6 +482,7 @@ class RunningWindow {
     [[nodiscard]] double quantile(double q, std::uint64_t lo, const History& h);
 
    private:
+    void grow(std::size_t values);
     /// Moves live tops across until the max-heap holds `n_low` live values;
     /// both tops are live after it.
     void split_at(std::size_t n_low, std::uint64_t lo);
@@ -455,16 +490,16 @@ class RunningWindow {
     void settle(std::uint64_t lo);
     /// Drops every dead node of `heap` when they outnumber its live ones.
     template <bool High>
-    void trim(std::vector<Node>& heap, std::size_t live, std::uint64_t lo);
+    void trim(Heap& heap, std::size_t live, std::uint64_t lo);
     template <bool High>
     static void sift_up(Node* heap, std::size_t i, Node x);
     template <bool High>
-    static Node pop_top(std::vector<Node>& heap);
+    static Node pop_top(Heap& heap);
     /// Pushes x, which belongs above every node of `heap`.
     template <bool High>
-    static void push_root(std::vector<Node>& heap, Node x);
+    static void push_root(Heap& heap, Node x);
     template <bool High>
-    static void push(std::vector<Node>& heap, Node x) {
+    static void push(Heap& heap, Node x) {
       heap.emplace_back();
       sift_up<High>(heap.data(), heap.size() - 1, x);
     }

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <map>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -347,6 +348,31 @@ double sorted_quantile(std::vector<double> v, double q) {
   const auto lo = static_cast<std::size_t>(std::floor(h));
   if (lo + 1 >= v.size() || h == static_cast<double>(lo)) return v[lo];
   return v[lo] + (h - static_cast<double>(lo)) * (v[lo + 1] - v[lo]);
+}
+
+// The order statistics' storage (LineAllocator): a 4-ary heap's children of
+// node i (4i + 1 to 4i + 4) and a block of doubles each start a cache line,
+// at every capacity the vector grows through, and growth keeps the values.
+TEST(LineAllocator, PutsElementFirstOnACacheLine) {
+  using vigil::interp::LineAllocator;
+  using vigil::interp::OrderNode;
+  auto line_of = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64; };
+  std::vector<OrderNode, LineAllocator<OrderNode, 1>> heap;
+  std::vector<double, LineAllocator<double, 0>> pool;
+  for (std::uint64_t i = 0; i < 70000; ++i) {
+    heap.push_back({i * 3, i});
+    pool.push_back(static_cast<double>(i));
+    if (heap.size() == heap.capacity()) {  // about to move: check where it is now
+      ASSERT_EQ(line_of(heap.data() + 1), 0u) << "capacity " << heap.capacity();
+      ASSERT_EQ(line_of(pool.data()), 0u) << "capacity " << pool.capacity();
+    }
+  }
+  for (std::uint64_t i = 0; i < 70000; ++i) {
+    ASSERT_EQ(heap[i].key, i * 3);
+    ASSERT_EQ(heap[i].k, i);
+    ASSERT_EQ(pool[i], static_cast<double>(i));
+  }
+  ASSERT_EQ(line_of(heap.data() + 1), 0u);
 }
 
 // The order statistics of median/quantile/iqr_outlier (RunningWindow::RankSplit:
