@@ -24,6 +24,8 @@
 // before anything is timed, so the ratio compares equal work: every benchmark
 // runs the check for its own workload (any rule count; each hand-written
 // variant of the count over a condition) before its timing loop.
+#include <sys/mman.h>
+
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -993,6 +995,40 @@ void BM_Parse_1000_rules(benchmark::State& state) {
   state.counters["statements"] = static_cast<double>(statements);
 }
 BENCHMARK(BM_Parse_1000_rules)->Unit(benchmark::kMillisecond);
+
+// BM_FreshPages/<how>: what rulecheck's memory costs before it holds
+// anything (docs/performance.md, "Page faults"): 8 MiB of fresh anonymous
+// memory written one byte per page, each page faulted in on first touch
+// (touch) or all mapped first by one madvise(MADV_POPULATE_WRITE)
+// (populate, what tools/rulecheck/memory.cpp does). Both must leave every
+// page holding its byte; populate is skipped where the kernel lacks it.
+void BM_FreshPages(benchmark::State& state, bool populate) {
+  constexpr std::size_t bytes = std::size_t{8} << 20, page = 4096;
+  std::size_t pages = 0;
+  for (auto _ : state) {
+    auto* p = static_cast<unsigned char*>(
+        ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (p == MAP_FAILED) {
+      state.SkipWithError("mmap failed");
+      return;
+    }
+    if (populate && ::madvise(p, bytes, 23 /* MADV_POPULATE_WRITE */) != 0) {
+      ::munmap(p, bytes);
+      state.SkipWithError("no MADV_POPULATE_WRITE here (Linux < 5.14)");
+      return;
+    }
+    for (std::size_t i = 0; i < bytes; i += page) p[i] = static_cast<unsigned char>(i / page);
+    pages = 0;
+    for (std::size_t i = 0; i < bytes; i += page) pages += p[i] == static_cast<unsigned char>(i / page);
+    ::munmap(p, bytes);
+  }
+  if (!vigil::bench::expect(state, pages == bytes / page, "a page lost its byte")) return;
+  state.counters["per_page"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * pages),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK_CAPTURE(BM_FreshPages, touch, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_FreshPages, populate, true)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

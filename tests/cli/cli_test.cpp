@@ -2,10 +2,17 @@
 // firing format field by field, text output, warnings, --param/--from/--to.
 // Each test runs the built binary in tests/cli/data so paths print as given.
 
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -337,6 +344,59 @@ TEST(Report, WritesFiringsAndAChartPerSeriesRead) {
   for (auto at = html.find("\"key\":"); at != std::string::npos; at = html.find("\"key\":", at + 1)) ++charts;
   EXPECT_EQ(charts, 3u);  // loss and the two grad_norm series of the trace
   EXPECT_THAT(r.err, HasSubstr("wrote " + out));
+}
+
+// rulecheck maps large blocks and its heap's growth in bulk
+// (tools/rulecheck/memory.cpp): a 10,000-sample window's history and heaps
+// (~1 MB) cost a handful of page faults over a threshold rule's run, not
+// one per page (~450). Counts the faults taken (the kernel's software
+// event, inherited by the children; getrusage would count the pages
+// populated in bulk too), not time.
+TEST(Memory, ALongWindowIsMappedInBulk) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizers replace operator new: rulecheck keeps theirs";
+#endif
+  void* probe = ::mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(probe, MAP_FAILED);
+  const bool populates = ::madvise(probe, 1 << 16, 23 /* MADV_POPULATE_WRITE */) == 0;
+  ::munmap(probe, 1 << 16);
+  if (!populates) GTEST_SKIP() << "this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)";
+  perf_event_attr attr{};
+  attr.size = sizeof attr;
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_PAGE_FAULTS;
+  attr.inherit = 1;
+  attr.disabled = 1;
+  const int counter = static_cast<int>(::syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0));
+  if (counter < 0) GTEST_SKIP() << "perf_event_open: " << std::strerror(errno);
+
+  const fs::path dir = vigil::test::make_temp_dir("memory");
+  {
+    std::ofstream trace(dir / "trace.jsonl");
+    for (int i = 0; i < 30000; ++i)
+      trace << "{\"step\": " << i << ", \"values\": {\"loss\": " << 2 + (i * 7919 % 1000) / 1000.0 << "}}\n";
+    std::ofstream(dir / "threshold.rules") << "rule r: when loss > 100 do log\n";
+    std::ofstream(dir / "window.rules") << "rule r: when median(loss[10000]) > 100 do log\n";
+  }
+  // The count so far (the children's are added as they exit; a reset
+  // would not clear those).
+  auto count = [&] {
+    std::uint64_t n = 0;
+    EXPECT_EQ(::read(counter, &n, sizeof n), static_cast<ssize_t>(sizeof n));
+    return static_cast<std::int64_t>(n);
+  };
+  ::ioctl(counter, PERF_EVENT_IOC_ENABLE, 0);
+  auto faults = [&](const std::string& rules) {
+    const std::int64_t before = count();
+    const auto r = vigil::test::run_shell(dir, "'" RULECHECK_PATH "' run " + rules + " --trace trace.jsonl --jobs 1");
+    EXPECT_EQ(r.status, 0) << r.err;
+    return count() - before;
+  };
+  const std::int64_t threshold = faults("threshold.rules");
+  const std::int64_t window = faults("window.rules");
+  ::close(counter);
+  fs::remove_all(dir);
+  EXPECT_LT(window - threshold, 120) << "threshold rule: " << threshold << " faults, window: " << window;
 }
 
 }  // namespace
