@@ -22,7 +22,9 @@
 // step's moves), read from running double-double approximations with a
 // rigorous error bound whenever the bound decides the rounding, and from
 // the exact sums -- rebuilt from the window on demand, O(W), when they are
-// not maintained -- otherwise: see docs/performance.md.
+// not maintained -- otherwise; zscore over a window of a narrow exponent
+// range keeps exact integer sums instead (NarrowMoments) and reads them
+// exactly: see docs/performance.md.
 //
 // Where a running window does not apply, value() returns nullopt and the
 // executor recomputes from the window: windows that are not a contiguous run
