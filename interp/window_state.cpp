@@ -16,6 +16,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__)
+#include <x86intrin.h>  // _addcarry_u64
+#endif
 
 namespace vigil::interp {
 
@@ -939,6 +942,138 @@ void ApproxSum::seed(ExactSum& s) {
   ops = 0;
 }
 
+// ---- NarrowMoments ---------------------------------------------------------------
+
+namespace {
+/// out = a + b + c, returning the carry out (one adc on x86-64).
+[[gnu::always_inline]] inline unsigned char add_carry(unsigned char c, std::uint64_t a, std::uint64_t b,
+                                                      std::uint64_t& out) {
+#if defined(__x86_64__)
+  unsigned long long r;
+  c = _addcarry_u64(c, a, b, &r);
+  out = r;
+  return c;
+#else
+  const unsigned __int128 t = static_cast<unsigned __int128>(a) + b + c;
+  out = static_cast<std::uint64_t>(t);
+  return static_cast<unsigned char>(t >> 64);
+#endif
+}
+}  // namespace
+
+template <bool Add>
+[[gnu::always_inline]] inline bool NarrowMoments::put(double x) {
+  const auto bits = std::bit_cast<std::uint64_t>(x);
+  const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
+  if (biased == 0) return (bits << 1) == 0;  // +-0 adds nothing; subnormals do not fit
+  if (e_ < 0) [[unlikely]] {
+    const int e = biased - 1 - below;
+    if (e < lowest_anchor || e > highest_anchor) return false;
+    e_ = e;
+  }
+  const auto o = static_cast<unsigned>(biased - 1 - e_);
+  if (o > span) return false;
+  const std::uint64_t m = (bits & mantissa) | (mantissa + 1);
+  // Shifts by at most 63 (the (v >> 1) >> (63 - k) form has no shift by 64):
+  // x = m·2^o in two words, x² = m²·2^(2o) in three from word (2o) / 64.
+  const std::uint64_t x0 = m << o, x1 = (m >> 1) >> (63 - o);
+  const auto sq = static_cast<unsigned __int128>(m) * m;
+  const auto q0 = static_cast<std::uint64_t>(sq), q1 = static_cast<std::uint64_t>(sq >> 64);
+  const unsigned sh = (2 * o) & 63;
+  const std::uint64_t w0 = q0 << sh, w1 = (q1 << sh) | ((q0 >> 1) >> (63 - sh)), w2 = (q1 >> 1) >> (63 - sh);
+  std::uint64_t* p = s2_ + (2 * o >= 64);
+  // a ± t as a + (t ^ mask) + carry: mask all ones and a first carry of 1 subtract.
+  const bool minus_x = ((bits >> 63) != 0) == Add;
+  const auto vx = static_cast<__int128>((static_cast<unsigned __int128>(x1) << 64) | x0);
+  s1_ += minus_x ? -vx : vx;  // |Σx| < 2^126: no overflow
+  constexpr std::uint64_t mask = Add ? 0 : ~std::uint64_t{0};
+  unsigned char c = add_carry(Add ? 0 : 1, p[0], w0 ^ mask, p[0]);
+  c = add_carry(c, p[1], w1 ^ mask, p[1]);
+  c = add_carry(c, p[2], w2 ^ mask, p[2]);
+  add_carry(c, p[3], mask, p[3]);
+  return true;
+}
+template bool NarrowMoments::put<true>(double);
+template bool NarrowMoments::put<false>(double);
+
+std::optional<double> NarrowMoments::scaled_minus(double x, std::uint64_t n) const {
+  const auto bits = std::bit_cast<std::uint64_t>(x);
+  const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
+  const auto o = static_cast<unsigned>(biased - 1 - e_);
+  // v = n·x - Σx in two's complement (|v| < 2^127: n·mantissa < 2^85, at
+  // o <= 40 below 2^125; Σx below 2^126).
+  auto v = -static_cast<unsigned __int128>(s1_);
+  if (e_ >= 0 && biased != 0 && o <= span && n < (std::uint64_t{1} << 32)) [[likely]] {
+    const auto p = static_cast<unsigned __int128>((bits & mantissa) | (mantissa + 1)) * n;
+    const auto sign = static_cast<unsigned __int128>(0) - (bits >> 63);  // 0 or all ones
+    v += ((p << o) ^ sign) - sign;
+  } else if (e_ < 0 && n < (std::uint64_t{1} << 32)) {
+    // An empty (or zero) sum: n·x rounded once; an exact zero is +0.
+    const double r = x * static_cast<double>(n);
+    return r == 0 ? 0.0 : r;
+  } else if ((bits << 1) != 0 || n >= (std::uint64_t{1} << 32)) {
+    return std::nullopt;  // x out of range (x = +-0 leaves v = -Σx)
+  }
+  // RN(|v|): below 2^64 the 64-bit conversion (to nearest even); above, the
+  // top 63 bits (the leading one at bit 62) with a sticky bit 0 for the
+  // rest go through the signed one, which rounds at bit 10: the sticky bit
+  // lies below the rounding bit, so the result is that of the exact value.
+  const bool neg = static_cast<__int128>(v) < 0;
+  const auto u = neg ? -v : v;
+  const auto top = static_cast<std::uint64_t>(u >> 64), low = static_cast<std::uint64_t>(u);
+  double r;
+  if (top == 0) {
+    r = static_cast<double>(low);
+  } else {
+    const int z = std::countl_zero(top) - 1;  // 0..62: u << z has its leading bit at 126
+    const std::uint64_t head = (top << z) | ((low >> 1) >> (63 - z));
+    r = static_cast<double>(static_cast<std::int64_t>(head | ((low << z) != 0))) * pow2(64 - z);
+  }
+  // Exact: a non-zero integer times 2^(e_ - 1074) >= 2^-511 (a zero v gives +0).
+  return (neg ? -r : r) * pow2(e_ - 1074);
+}
+
+double NarrowMoments::n2_moment(std::uint64_t n) const {
+  // (Σx)² = (a1·2^64 + a0)² with a1 < 2^62, and n·Σx², in four words each.
+  const auto a = s1_ < 0 ? -static_cast<unsigned __int128>(s1_) : static_cast<unsigned __int128>(s1_);
+  const auto a0 = static_cast<std::uint64_t>(a), a1 = static_cast<std::uint64_t>(a >> 64);
+  using U = unsigned __int128;
+  const U p00 = static_cast<U>(a0) * a0, p01 = (static_cast<U>(a0) * a1) << 1, p11 = static_cast<U>(a1) * a1;
+  std::uint64_t q[4];
+  q[0] = static_cast<std::uint64_t>(p00);
+  unsigned char c = add_carry(0, static_cast<std::uint64_t>(p00 >> 64), static_cast<std::uint64_t>(p01), q[1]);
+  c = add_carry(c, static_cast<std::uint64_t>(p11), static_cast<std::uint64_t>(p01 >> 64), q[2]);
+  add_carry(c, static_cast<std::uint64_t>(p11 >> 64), 0, q[3]);
+  // M = n·Σx² - (Σx)², word by word (M >= 0: Cauchy-Schwarz, exactly).
+  const U t0 = static_cast<U>(s2_[0]) * n;
+  const U t1 = static_cast<U>(s2_[1]) * n + static_cast<std::uint64_t>(t0 >> 64);
+  const U t2 = static_cast<U>(s2_[2]) * n + static_cast<std::uint64_t>(t1 >> 64);
+  const std::uint64_t t3 = s2_[3] * n + static_cast<std::uint64_t>(t2 >> 64);
+  std::uint64_t m0, m1, m2, m3;
+  unsigned char b = add_carry(1, static_cast<std::uint64_t>(t0), ~q[0], m0);
+  b = add_carry(b, static_cast<std::uint64_t>(t1), ~q[1], m1);
+  b = add_carry(b, static_cast<std::uint64_t>(t2), ~q[2], m2);
+  add_carry(b, t3, ~q[3], m3);
+  // RN(M): its top word, the next and a sticky bit for the rest (the
+  // unsigned 64-bit conversion rounds to nearest even, below the sticky bit).
+  std::uint64_t top, next, rest;
+  int base;
+  if (m3 != 0) {
+    top = m3, next = m2, rest = m1 | m0, base = 192;
+  } else if (m2 != 0) {
+    top = m2, next = m1, rest = m0, base = 128;
+  } else if (m1 != 0) {
+    top = m1, next = m0, rest = 0, base = 64;
+  } else {
+    return static_cast<double>(m0) * pow2(2 * (e_ - 1074));  // exact: normal or 0
+  }
+  const int z = std::countl_zero(top);
+  const std::uint64_t head = (top << z) | ((next >> 1) >> (63 - z));
+  const double r = static_cast<double>(head | (((next << z) | rest) != 0));
+  // r·2^(base - z) <= 2^256; then the anchor's A², exactly (a normal result).
+  return r * pow2(base - z) * pow2(2 * (e_ - 1074));
+}
+
 namespace {
 
 // ---- The read-outs: fast (double-double with a bound) and exact ------------
@@ -1713,6 +1848,9 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
   live_[0] = !moments;
   live_[1] = kind != RunKind::zscore && !moments;
   keep_exact_ = exact_before_ = false;
+  // zscore's sums in the NarrowMoments while the window's values fit it.
+  narrow_ = kind == RunKind::zscore;
+  narrow_sums_.clear();
   deque_.clear();
   // The heaps keep their capacity: clear() then re-inserting allocates nothing.
   for (auto& s : split_) s.clear();
@@ -1776,6 +1914,11 @@ void RunningWindow::make_exact(int i, const History& h) {
     exact_before_ = true;
     rebuilt_hi_ = hi_;
   }
+  fill_exact(i, h);
+  live_[i] = keep_exact_;
+}
+
+void RunningWindow::fill_exact(int i, const History& h) {
   ExactSum& s = sums_[static_cast<std::size_t>(i)];
   s.clear();
   for (std::uint64_t k = lo_; k < hi_; ++k) {
@@ -1792,7 +1935,37 @@ void RunningWindow::make_exact(int i, const History& h) {
       else s.add_square(v);
     }
   }
-  live_[i] = keep_exact_;
+}
+
+void RunningWindow::leave_narrow(const History& h) {
+  narrow_ = false;
+  // As a rebuild leaves them: Σx exact, Σx² approximated (both seeded).
+  fill_exact(0, h);
+  fill_exact(1, h);
+  approx_[0].seed(sums_[0]);
+  approx_[1].seed(sums_[1]);
+  live_[0] = true;
+  live_[1] = false;
+  narrow_retry_ = hi_ + 4 * std::max<std::uint64_t>(64, hi_ - lo_);
+}
+
+void RunningWindow::try_narrow(const History& h) {
+  NarrowMoments s;
+  s.clear();
+  for (std::uint64_t k = lo_; k < hi_; ++k) {
+    const double v = h.value[h.phys(k)];
+    if (std::isnan(v) || !(std::abs(v) <= special_above)) continue;
+    if (!s.put<true>(v)) {
+      narrow_retry_ = hi_ + 4 * std::max<std::uint64_t>(64, hi_ - lo_);
+      return;
+    }
+  }
+  narrow_sums_ = s;
+  narrow_ = true;
+  // Neither sums_ nor approx_ follow the window from here (leave_narrow refills them).
+  keep_exact_ = exact_before_ = false;
+  live_[0] = true;
+  live_[1] = false;
 }
 
 void RunningWindow::relax_exact() {
@@ -1914,6 +2087,12 @@ void RunningWindow::move_as(const History& h, std::uint64_t k) {
     case RunKind::std_dev:
     case RunKind::zscore:
       if (!special) {
+        if (kind == RunKind::zscore && narrow_) {
+          if (narrow_sums_.put<Add>(v)) [[likely]]
+            break;
+          leave_narrow(h);  // from the window, this sample's move included
+          break;
+        }
         if (live_[0]) put(sums_[0], v);
         if (live_[1]) {
           if constexpr (Add) sums_[1].add_square(v);
@@ -2036,6 +2215,17 @@ std::optional<double> RunningWindow::update(RunKind kind, const History& h, std:
       const double latest = newest();
       if (nans_ || std::isnan(latest)) return nan;
       if (specials_ || !(std::abs(latest) <= special_above)) return std::nullopt;
+      if (!narrow_ && hi_ >= narrow_retry_) [[unlikely]]
+        try_narrow(h);
+      if (narrow_) {
+        // Numerator and denominator exactly from the integer sums: no bound
+        // to decide (the numerator's exact midpoints cost nothing here).
+        if (const auto num = narrow_sums_.scaled_minus(latest, hi_ - lo_)) [[likely]] {
+          if (vchange_ <= lo_) return standardised(*num, 0);  // all equal
+          return standardised(*num, std::sqrt(narrow_sums_.n2_moment(hi_ - lo_)));
+        }
+        leave_narrow(h);  // latest is out of range: it enters the sums next
+      }
       Source src{sums_.data(), approx_, this, &h};
       return zscore_of(src, n, vchange_ <= lo_, latest, exact_readouts_);
     }

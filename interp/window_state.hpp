@@ -22,7 +22,9 @@
 // step's moves), read from running double-double approximations with a
 // rigorous error bound whenever the bound decides the rounding, and from
 // the exact sums -- rebuilt from the window on demand, O(W), when they are
-// not maintained -- otherwise: see docs/performance.md.
+// not maintained -- otherwise; zscore over a window of a narrow exponent
+// range keeps exact integer sums instead (NarrowMoments) and reads them
+// exactly: see docs/performance.md.
 //
 // Where a running window does not apply, value() returns nullopt and the
 // executor recomputes from the window: windows that are not a contiguous run
@@ -36,6 +38,7 @@
 // past the largest size it has had (warm-up).
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cmath>
 #include <cstdint>
@@ -240,6 +243,57 @@ struct ApproxSum {
   }
 };
 
+/// zscore's exact sums Σx and Σx² over a window whose values' exponents lie
+/// within a fixed range, as integers times powers of two: Σx one int128 and
+/// Σx² four words, times 2^(anchor - 1074) and its square. On a metric's
+/// window this replaces, per observation, two ExactSum additions (~100
+/// instructions each), the running approximations of Σx and Σx² and the
+/// read-out's bound, which cannot decide the frequent exact midpoints of
+/// the numerator: both read-outs are exact integer arithmetic rounded once.
+///
+/// The anchor is set `below` bits under the first non-zero summand's
+/// mantissa; a summand is taken whole (all 53 bits) at offset o = its
+/// exponent - the anchor, 0 <= o <= `span`: each is below 2^93 (its square
+/// below 2^186), so fewer than 2^33 of them (a window's: a History of that
+/// many samples would take hundreds of GiB) keep Σx below 2^126 and Σx²
+/// below 2^219. put() refuses, changing nothing, outside that range
+/// (subnormals, a value 2^24 times smaller or 2^16 times larger than the
+/// first, an anchor outside [563, 1459]): the owner falls back to ExactSum
+/// and the approximations then. The anchor's range keeps every non-zero
+/// result normal and finite: with A = 2^(anchor - 1074) the numerator is an
+/// integer times A, A >= 2^-511, and n·Σx² - (Σx)² (< 2^251) an integer
+/// times A² >= 2^-1022, <= 2^770, so rounding the integer once and scaling it
+/// is exact. Every value is also in both exact forms (x² and its two-product
+/// halves are exact at these magnitudes): the read-outs give the same bits
+/// as exact_n_deviation and exact_n2_moment.
+class NarrowMoments {
+ public:
+  static constexpr int below = 24, span = 40;
+  static constexpr int lowest_anchor = 563, highest_anchor = 1459;
+  void clear() {
+    s1_ = 0;
+    s2_[0] = s2_[1] = s2_[2] = s2_[3] = s2_[4] = 0;
+    e_ = -1;
+  }
+  /// Adds (Add) or removes x exactly; false (nothing changed) if x is out of range.
+  template <bool Add>
+  [[nodiscard]] bool put(double x);
+  /// RN(n·x - Σx), exactly (+0 for an exact zero); nullopt if x's exponent
+  /// is out of range or n >= 2^32.
+  [[nodiscard]] std::optional<double> scaled_minus(double x, std::uint64_t n) const;
+  /// RN(n·Σx² - (Σx)²), exactly; n (< 2^32) the summands held. Precondition:
+  /// a non-zero summand was added (the anchor is set).
+  [[nodiscard]] double n2_moment(std::uint64_t n) const;
+
+ private:
+  static constexpr std::uint64_t mantissa = (std::uint64_t{1} << 52) - 1;
+  __int128 s1_ = 0;
+  // Little-endian words; s2_[4] stays 0 (a square added at word 1 carries
+  // into it, by nothing: Σx² < 2^256).
+  std::uint64_t s2_[5] = {0, 0, 0, 0, 0};
+  int e_ = -1;  // the anchor; < 0 until the first non-zero summand
+};
+
 /// var/std/zscore/slope's correctly rounded quantities (docs/performance.md,
 /// "Exactness"): with S1 = Σx, S2 = Σx² (the exact sums) and n the samples,
 /// RN(n·S2 - S1²); zscore's RN(n·latest - S1); slope's RN(n·Σdy - Σd·Σy).
@@ -409,6 +463,8 @@ class RunningWindow {
   /// tiny values) makes the sums maintained again, until no read-out has
   /// needed them for four window lengths.
   void make_exact(int i, const History& h);
+  /// Whether zscore's sums are in its NarrowMoments now (tests).
+  [[nodiscard]] bool narrow() const { return narrow_; }
 
  private:
   struct Entry {
@@ -513,6 +569,14 @@ class RunningWindow {
   /// Stops maintaining the exact sums again (keep_exact_) once no read-out
   /// has needed them for four window lengths.
   void relax_exact();
+  /// sums_[i] rebuilt from the window's samples (O(W)).
+  void fill_exact(int i, const History& h);
+  /// zscore: the sums leave the NarrowMoments (a summand out of its range)
+  /// for exact Σx and approximated Σx², from the window (O(W)); narrow is
+  /// tried again four window lengths later.
+  void leave_narrow(const History& h);
+  /// zscore: the sums back into a NarrowMoments from the window (O(W)), if they fit.
+  void try_narrow(const History& h);
   /// Values held by the order statistics (NaN aside).
   [[nodiscard]] std::size_t sorted_values() const { return split_[0].size() + blocks_.size(); }
   /// Room in the order statistics of `kind` (if any) for `values` values.
@@ -555,6 +619,12 @@ class RunningWindow {
   bool exact_before_ = false;     // an on-demand rebuild happened since the last rebuild
   std::uint64_t rebuilt_hi_ = 0;  // hi_ at the last on-demand rebuild
   std::uint64_t needed_hi_ = 0;   // hi_ when a read-out last needed the exact sums
+  // zscore: while narrow_, Σx and Σx² are in narrow_sums_ alone (sums_ and
+  // approx_ are not maintained; Σx counts as live, exact in that form);
+  // otherwise narrow is tried again once hi_ reaches narrow_retry_.
+  bool narrow_ = false;
+  std::uint64_t narrow_retry_ = 0;
+  NarrowMoments narrow_sums_;
   Deque deque_;
   // median/quantile: split_[0]. iqr_outlier: blocks_, q1 by cursor 0 and q3
   // by cursor 1, up to iqr_blocks_up_to_ values; split_[0] (q1) and

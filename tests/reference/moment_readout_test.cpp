@@ -18,7 +18,11 @@
 //    its exact sums again after two rebuilds;
 // 5. a sliding RunningWindow's var/zscore/slope equal running_value_of's
 //    (a fresh recompute with its own origin step) bit for bit: slope is
-//    invariant under the origin's moves.
+//    invariant under the origin's moves;
+// 6. zscore's integer sums (NarrowMoments) read out the exact read-outs'
+//    bits, refuse what they cannot hold without changing, and a zscore
+//    window moves out of them and back (a far value passing through)
+//    without changing a value.
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -28,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +45,7 @@ namespace {
 
 using vigil::interp::ApproxSum;
 using vigil::interp::ExactSum;
+using vigil::interp::NarrowMoments;
 using vigil::interp::RunKind;
 
 bool same_bits(double a, double b) { return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b); }
@@ -371,7 +377,15 @@ TEST(MomentReadOut, SlidingValuesEqualAFreshRecomputeBitForBit) {
         ASSERT_TRUE(same_bits(*got, *want)) << "at " << i << ": " << fmt(*got) << " vs " << fmt(*want);
       }
       EXPECT_EQ(d.run.rebuilds(), 0u);
-      if (style == 0 && kind != RunKind::slope) {
+      if (kind == RunKind::zscore) {
+        // zscore's integer sums hold these windows but 1e-300..1e100's
+        // (then ExactSum and the approximations, as var's), and their
+        // read-outs are exact: no bound, no exact read-out to count.
+        EXPECT_EQ(d.run.narrow(), style != 3);
+        if (style != 3) {
+          EXPECT_EQ(d.run.exact_readouts(), 0u);
+        }
+      } else if (style == 0 && kind != RunKind::slope) {
         // 1e6 ± 1e-3: n·S2 - S1² cancels beyond double-double's reach, so
         // every read-out is exact; after two on-demand rebuilds within a
         // window the exact sums are maintained again (not O(W) each time).
@@ -381,6 +395,164 @@ TEST(MomentReadOut, SlidingValuesEqualAFreshRecomputeBitForBit) {
       }
     }
   }
+}
+
+// NarrowMoments against ExactSum's exact read-outs, bit for bit, on sliding
+// windows: RN(n·latest - Σx) and RN(n·Σx² - (Σx)²). Values: the styles
+// above (cancellation 1e6 ± 1e-3, ties, all equal but a few, odd 27-bit
+// midpoint makers, a metric, integers times 2^-20), a metric rounded to 0.1
+// every 7th sample (exact midpoints of the numerator), signs mixed, exponents
+// spread over the whole span, and now and then a value out of range (a
+// subnormal, or 2^30 times smaller or larger than the window), which put()
+// must refuse without changing the sums. latest is drawn from the window,
+// from out of range, or is ±0.
+RC_GTEST_PROP(NarrowMomentsProperty, ReadOutsAreTheExactOnesBitForBit, ()) {
+  const int style = *rc::gen::inRange(0, 10);
+  const int n_obs = *rc::gen::inRange(2, 2000);
+  const auto width = static_cast<std::size_t>(*rc::gen::inRange(1, 300));
+  Rng next{*rc::gen::arbitrary<std::uint64_t>() | 1};
+  const double c = style == 4 ? static_cast<double>((std::uint64_t{1} << 26) | (next() % (1ULL << 26)) | 1)
+                              : static_cast<double>(next() % 1000 + 1);
+  const double scale = std::ldexp(1.0, static_cast<int>(next() % 600) - 300);
+  auto draw = [&](int i) -> double {
+    switch (style) {
+      case 7: {  // a metric, rounded to 0.1 every 7th sample
+        const double x = 2 + 3 * std::exp(-i / 500.0) + 0.05 * (next.uniform() - 0.5);
+        return i % 7 == 0 ? std::round(x * 10) / 10 : x;
+      }
+      case 8: {  // signs and exponents spread over the span, scaled
+        const double x = std::ldexp(1 + next.uniform(), static_cast<int>(next() % 36) - 18) * scale;
+        return (next() & 1) ? x : -x;
+      }
+      case 9: return (next() % 5 == 0) ? 0.0 : value(next, 5, c) * scale;
+      default: return value(next, style, c);
+    }
+  };
+  std::vector<double> held;  // the values put() took, oldest first
+  std::vector<double> window;
+  Sums s;
+  NarrowMoments nm;
+  nm.clear();
+  bool anchored = false;
+  for (int i = 0; i < n_obs; ++i) {
+    double x = draw(i);
+    const auto r = next() % 100;
+    if (r == 0) x = std::ldexp(x == 0 ? 1.0 : x, 30);  // far larger
+    if (r == 1) x = std::ldexp(x == 0 ? 1.0 : x, -30);  // far smaller
+    if (r == 2) x = 4e-320;  // subnormal
+    if (nm.put<true>(x)) {
+      window.push_back(x);
+      s.put(x, 0, true);
+      anchored |= x != 0;
+    }
+    if (window.size() > width) {
+      RC_ASSERT(nm.put<false>(window.front()));  // what was added can leave
+      s.put(window.front(), 0, false);
+      window.erase(window.begin());
+    }
+    if (window.empty()) continue;
+    const auto n = static_cast<std::uint64_t>(window.size());
+    const auto dn = static_cast<double>(n);
+    const std::string at = " after " + std::to_string(i) + " (style " + std::to_string(style) + ")";
+    const auto pick = next() % 8;
+    const double latest = pick == 0 ? 0.0
+                          : pick == 1 ? -0.0
+                          : pick == 2 ? std::ldexp(window.back() == 0 ? 1.0 : window.back(), 45)
+                                      : window[next() % window.size()] * ((next() & 1) ? 1 : -1);
+    const auto z = nm.scaled_minus(latest, n);
+    if (z) {
+      const double want = vigil::interp::exact_n_deviation(s.s1, latest, dn);
+      if (!same_bits(*z, want)) RC_FAIL("n·latest - Σx: " + fmt(*z) + " vs exact " + fmt(want) + at);
+    } else {
+      RC_ASSERT(pick == 2);  // only a latest out of range is refused
+    }
+    if (anchored) {
+      const double m = nm.n2_moment(n);
+      const double want = vigil::interp::exact_n2_moment(s.s1, s.s2, dn);
+      if (!same_bits(m, want)) RC_FAIL("n·Σx² - (Σx)²: " + fmt(m) + " vs exact " + fmt(want) + at);
+    }
+  }
+}
+
+// What NarrowMoments refuses, and that a refusal changes nothing.
+TEST(NarrowMoments, RefusesValuesOutOfRangeAndKeepsItsSums) {
+  NarrowMoments nm;
+  nm.clear();
+  EXPECT_TRUE(nm.put<true>(0.0));  // zeros always fit (and set no anchor)
+  EXPECT_FALSE(nm.put<true>(1e-300));  // an anchor below the range
+  EXPECT_TRUE(nm.put<true>(3.0));  // the anchor: 24 bits below 3's mantissa
+  EXPECT_TRUE(nm.put<true>(std::ldexp(3.0, -24)));
+  EXPECT_FALSE(nm.put<true>(std::ldexp(3.0, -25)));
+  EXPECT_TRUE(nm.put<true>(std::ldexp(1.0, 17)));  // 2^16 times 2^1, the top of the span
+  EXPECT_FALSE(nm.put<true>(std::ldexp(1.0, 18)));
+  EXPECT_FALSE(nm.put<true>(5e-324));
+  EXPECT_FALSE(nm.scaled_minus(1e-300, 3).has_value());
+  EXPECT_FALSE(nm.scaled_minus(1.0, std::uint64_t{1} << 32).has_value());
+  ExactSum s1, s2;
+  for (const double x : {3.0, std::ldexp(3.0, -24), std::ldexp(1.0, 17)}) {
+    s1.add(x);
+    s2.add_square(x);
+  }
+  EXPECT_TRUE(same_bits(*nm.scaled_minus(7.5, 3), vigil::interp::exact_n_deviation(s1, 7.5, 3)));
+  EXPECT_TRUE(same_bits(nm.n2_moment(3), vigil::interp::exact_n2_moment(s1, s2, 3)));
+  // An empty sum: n·x rounded once; an exact zero is +0 either way.
+  NarrowMoments empty;
+  empty.clear();
+  EXPECT_TRUE(same_bits(*empty.scaled_minus(0.1, 3), 0.1 * 3));
+  EXPECT_TRUE(same_bits(*empty.scaled_minus(-0.0, 3), 0.0));
+  EXPECT_TRUE(same_bits(*nm.scaled_minus(0.0, 0), -s1.value()));
+}
+
+// A zscore window over a metric through which a far value passes (1e30,
+// then 1e-30; and a NaN, then an Inf, which make the value NaN / recomputed):
+// it leaves its integer sums when the value enters, reads the same bits
+// from ExactSum and the approximations meanwhile, and goes back to them once
+// the window has moved on (four window lengths after leaving), bit for bit
+// against running_value_of at every observation.
+TEST(NarrowMoments, ZscoreLeavesAndReturnsWithoutChangingAValue) {
+  Driver d;
+  Rng next{4242};
+  std::vector<double> vals;
+  std::vector<std::int64_t> steps;
+  const double consts[] = {0};
+  constexpr std::uint64_t w = 200;
+  int narrow_changes = 0;
+  bool was_narrow = true;
+  for (int i = 0; i < 6000; ++i) {
+    double x = 2 + 3 * std::exp(-i / 2000.0) + 0.05 * (next.uniform() - 0.5);
+    if (i % 7 == 0) x = std::round(x * 10) / 10;
+    if (i == 500) x = 1e30;
+    if (i == 2500) x = -1e-30;
+    if (i == 4000) x = std::nan("");
+    if (i == 4500) x = std::numeric_limits<double>::infinity();
+    vals.push_back(x);
+    steps.push_back(i);
+    d.h.put(x, i, static_cast<double>(i), 0);
+    const auto hi = static_cast<std::uint64_t>(i) + 1;
+    const std::uint64_t lo = hi > w ? hi - w : 0;
+    if (hi - lo < 3) continue;
+    const auto got = d.run.update(RunKind::zscore, d.h, lo, hi, consts);
+    std::vector<double> scratch(2 * (hi - lo));
+    const auto want = vigil::interp::running_value_of(
+        RunKind::zscore, {vals.data() + lo, steps.data() + lo, static_cast<std::size_t>(hi - lo), scratch.data()});
+    ASSERT_EQ(got.has_value(), want.has_value()) << "at " << i;
+    if (got) {
+      ASSERT_TRUE(same_bits(*got, *want)) << "at " << i << ": " << fmt(*got) << " vs " << fmt(*want);
+    }
+    if (d.run.narrow() != was_narrow) {
+      ++narrow_changes;
+      was_narrow = d.run.narrow();
+    }
+    if (i == 499 || i == 2499) {
+      EXPECT_TRUE(d.run.narrow()) << i;
+    }
+    if (i == 500 || i == 2500) {
+      EXPECT_FALSE(d.run.narrow()) << i;  // latest out of range
+    }
+  }
+  EXPECT_TRUE(d.run.narrow());
+  EXPECT_EQ(narrow_changes, 4);  // out and back, twice
+  EXPECT_EQ(d.run.rebuilds(), 0u);
 }
 
 }  // namespace
