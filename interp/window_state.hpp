@@ -38,11 +38,11 @@
 // past the largest size it has had (warm-up).
 #pragma once
 
-#include <bit>
-#include <cstddef>
-#include <cmath>
-#include <cstdint>
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <new>
 #include <optional>
 #include <span>
