@@ -1,23 +1,25 @@
 // rulecheck's global operator new: memory is mapped in bulk, not page by page.
 //
 // Why: rulecheck is a short-lived process, and on the virtual machines it is
-// measured on (Firecracker guests) the first touch of a page costs a fault of
-// ~9-13 µs, while Linux's MADV_POPULATE_WRITE maps the same page in ~1 µs
+// measured on (Firecracker guests) the first write to a fresh page costs a
+// fault of ~9-15 µs, while Linux's MADV_POPULATE_WRITE maps pages for ~1 µs
+// each and the first write to a populated page then costs ~5 µs
 // (docs/performance.md, "Page faults"; BM_FreshPages). A 100k-step replay
 // with one 10,000-sample window takes 300-460 more faults than a threshold
 // rule's (its history growing by doubling, the order statistics' heaps):
-// several ms of a ~30 ms process. So
-// every allocation through operator new is followed by one madvise that
-// maps its whole pages at once when it is large (glibc serves those with
-// their own mapping), and the pages the heap's top grew by otherwise
-// (small blocks come from there; glibc grows it by at least 128 KiB).
+// several ms of a ~30 ms process. So every allocation through operator new
+// is followed by one madvise that maps its whole pages at once when it is
+// large (glibc serves those with their own mapping), and otherwise the pages
+// the heap's top grew by (small blocks come from there; glibc grows it by at
+// least 128 KiB).
 //
-// The hook only adds a system call that maps memory about to be written
-// anyway; allocation itself is glibc's, and operator delete stays the
-// default (free). Kernels without MADV_POPULATE_WRITE (before 5.14) answer
-// EINVAL and everything behaves as before. Not compiled under sanitizers,
-// which replace operator new themselves. Only rulecheck links this file:
-// the library never changes how its host allocates.
+// Allocation itself stays glibc's, and operator delete the default (free).
+// A block's capacity that is never written costs its pages' mapping (~1 µs
+// each) and memory until freed: rulecheck's large blocks are vectors and
+// buffers that mostly fill. Kernels without MADV_POPULATE_WRITE (before
+// 5.14) answer EINVAL and everything behaves as before. Not compiled under
+// sanitizers, which replace operator new themselves. Only rulecheck links
+// this file: the library never changes how its host allocates.
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
