@@ -1946,7 +1946,7 @@ void RunningWindow::leave_narrow(const History& h) {
   approx_[1].seed(sums_[1]);
   live_[0] = true;
   live_[1] = false;
-  narrow_retry_ = hi_ + 4 * std::max<std::uint64_t>(64, hi_ - lo_);
+  retry_narrow_later();
 }
 
 void RunningWindow::try_narrow(const History& h) {
@@ -1956,7 +1956,7 @@ void RunningWindow::try_narrow(const History& h) {
     const double v = h.value[h.phys(k)];
     if (std::isnan(v) || !(std::abs(v) <= special_above)) continue;
     if (!s.put<true>(v)) {
-      narrow_retry_ = hi_ + 4 * std::max<std::uint64_t>(64, hi_ - lo_);
+      retry_narrow_later();
       return;
     }
   }

@@ -577,6 +577,8 @@ class RunningWindow {
   void leave_narrow(const History& h);
   /// zscore: the sums back into a NarrowMoments from the window (O(W)), if they fit.
   void try_narrow(const History& h);
+  /// zscore: try_narrow once the window has moved on by four lengths (at least 64 samples each).
+  void retry_narrow_later() { narrow_retry_ = hi_ + 4 * std::max<std::uint64_t>(64, hi_ - lo_); }
   /// Values held by the order statistics (NaN aside).
   [[nodiscard]] std::size_t sorted_values() const { return split_[0].size() + blocks_.size(); }
   /// Room in the order statistics of `kind` (if any) for `values` values.

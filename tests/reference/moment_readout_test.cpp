@@ -229,12 +229,34 @@ RC_GTEST_PROP(MomentReadOut, ExactReadOutMatchesAnExpandedExactSum, ()) {
   if (!same_bits(got_p, want_p)) RC_FAIL("n·Σdy - Σd·Σy: " + fmt(got_p) + " vs " + fmt(want_p));
 }
 
-/// Drives a RunningWindow over `values` (steps 0, 1, ...) with a window of
-/// `width` samples; returns its last value.
+/// A RunningWindow over a History, and the samples put so far.
 struct Driver {
   vigil::interp::History h;
   vigil::interp::RunningWindow run;
+  std::vector<double> vals;
+  std::vector<std::int64_t> steps;
   Driver() { h.reserve(1 << 16); }
+
+  /// What one observation gives: the running window's value and
+  /// running_value_of's over the same samples.
+  struct Values {
+    std::optional<double> got, want;
+  };
+  /// Puts sample x at `step` (its time: its index), then moves the window
+  /// to the last `w` samples; nullopt while it holds fewer than `least`.
+  std::optional<Values> slide(RunKind kind, double x, std::int64_t step, std::uint64_t w,
+                              std::uint64_t least) {
+    h.put(x, step, static_cast<double>(vals.size()), 0);
+    vals.push_back(x);
+    steps.push_back(step);
+    const std::uint64_t hi = vals.size(), lo = hi > w ? hi - w : 0;
+    if (hi - lo < least) return std::nullopt;
+    const double consts[] = {0};
+    std::vector<double> scratch(2 * (hi - lo));
+    return Values{run.update(kind, h, lo, hi, consts),
+                  vigil::interp::running_value_of(
+                      kind, {vals.data() + lo, steps.data() + lo, static_cast<std::size_t>(hi - lo), scratch.data()})};
+  }
 };
 
 // A window {0, c} of two samples, c = 2^27 - 1: n·S2 - S1² = c² =
@@ -317,25 +339,12 @@ TEST(MomentReadOut, ExactReadOutBelowTheSubnormalsRounds) {
 TEST(MomentReadOut, MaintainedSumsAreDroppedAfterTheHardStretch) {
   Driver d;
   Rng next{99};
-  std::vector<double> vals;
-  std::vector<std::int64_t> steps;
-  const double consts[] = {0};
-  constexpr std::uint64_t w = 300;
   bool was_live = false;
   for (int i = 0; i < 6000; ++i) {
-    const double x = value(next, i < 2000 ? 0 : 5, 0);
-    vals.push_back(x);
-    steps.push_back(i);
-    d.h.put(x, i, static_cast<double>(i), 0);
-    const auto hi = static_cast<std::uint64_t>(i) + 1;
-    const std::uint64_t lo = hi > w ? hi - w : 0;
-    if (hi - lo < 2) continue;
-    const auto got = d.run.update(RunKind::var, d.h, lo, hi, consts);
-    ASSERT_TRUE(got.has_value());
-    std::vector<double> scratch(2 * (hi - lo));
-    const auto want = vigil::interp::running_value_of(
-        RunKind::var, {vals.data() + lo, steps.data() + lo, static_cast<std::size_t>(hi - lo), scratch.data()});
-    ASSERT_TRUE(same_bits(*got, *want)) << "at " << i;
+    const auto v = d.slide(RunKind::var, value(next, i < 2000 ? 0 : 5, 0), i, 300, 2);
+    if (!v) continue;
+    ASSERT_TRUE(v->got.has_value());
+    ASSERT_TRUE(same_bits(*v->got, *v->want)) << "at " << i;
     if (i == 1999) was_live = d.run.exact_live(1);
   }
   EXPECT_TRUE(was_live);
@@ -354,27 +363,15 @@ TEST(MomentReadOut, SlidingValuesEqualAFreshRecomputeBitForBit) {
       SCOPED_TRACE(std::to_string(static_cast<int>(kind)) + " style " + std::to_string(style));
       Driver d;
       Rng next{777 + static_cast<std::uint64_t>(style)};
-      std::vector<double> vals;
-      std::vector<std::int64_t> steps;
-      const double consts[] = {0};
       std::int64_t step = 1000000000000;
-      constexpr std::uint64_t w = 300;
       for (int i = 0; i < 3000; ++i) {
         const double x = value(next, style, 0);
         step += 1 + static_cast<std::int64_t>(next() % 1000);
-        vals.push_back(x);
-        steps.push_back(step);
-        d.h.put(x, step, static_cast<double>(i), 0);
-        const auto hi = static_cast<std::uint64_t>(i) + 1;
-        const std::uint64_t lo = hi > w ? hi - w : 0;
-        if (hi - lo < 3) continue;
-        const auto got = d.run.update(kind, d.h, lo, hi, consts);
-        ASSERT_TRUE(got.has_value()) << i;
-        std::vector<double> scratch(2 * (hi - lo));
-        const auto want = vigil::interp::running_value_of(
-            kind, {vals.data() + lo, steps.data() + lo, static_cast<std::size_t>(hi - lo), scratch.data()});
-        ASSERT_TRUE(want.has_value()) << i;
-        ASSERT_TRUE(same_bits(*got, *want)) << "at " << i << ": " << fmt(*got) << " vs " << fmt(*want);
+        const auto v = d.slide(kind, x, step, 300, 3);
+        if (!v) continue;
+        ASSERT_TRUE(v->got.has_value()) << i;
+        ASSERT_TRUE(v->want.has_value()) << i;
+        ASSERT_TRUE(same_bits(*v->got, *v->want)) << "at " << i << ": " << fmt(*v->got) << " vs " << fmt(*v->want);
       }
       EXPECT_EQ(d.run.rebuilds(), 0u);
       if (kind == RunKind::zscore) {
@@ -512,10 +509,6 @@ TEST(NarrowMoments, RefusesValuesOutOfRangeAndKeepsItsSums) {
 TEST(NarrowMoments, ZscoreLeavesAndReturnsWithoutChangingAValue) {
   Driver d;
   Rng next{4242};
-  std::vector<double> vals;
-  std::vector<std::int64_t> steps;
-  const double consts[] = {0};
-  constexpr std::uint64_t w = 200;
   int narrow_changes = 0;
   bool was_narrow = true;
   for (int i = 0; i < 6000; ++i) {
@@ -525,19 +518,11 @@ TEST(NarrowMoments, ZscoreLeavesAndReturnsWithoutChangingAValue) {
     if (i == 2500) x = -1e-30;
     if (i == 4000) x = std::nan("");
     if (i == 4500) x = std::numeric_limits<double>::infinity();
-    vals.push_back(x);
-    steps.push_back(i);
-    d.h.put(x, i, static_cast<double>(i), 0);
-    const auto hi = static_cast<std::uint64_t>(i) + 1;
-    const std::uint64_t lo = hi > w ? hi - w : 0;
-    if (hi - lo < 3) continue;
-    const auto got = d.run.update(RunKind::zscore, d.h, lo, hi, consts);
-    std::vector<double> scratch(2 * (hi - lo));
-    const auto want = vigil::interp::running_value_of(
-        RunKind::zscore, {vals.data() + lo, steps.data() + lo, static_cast<std::size_t>(hi - lo), scratch.data()});
-    ASSERT_EQ(got.has_value(), want.has_value()) << "at " << i;
-    if (got) {
-      ASSERT_TRUE(same_bits(*got, *want)) << "at " << i << ": " << fmt(*got) << " vs " << fmt(*want);
+    const auto v = d.slide(RunKind::zscore, x, i, 200, 3);
+    if (!v) continue;
+    ASSERT_EQ(v->got.has_value(), v->want.has_value()) << "at " << i;
+    if (v->got) {
+      ASSERT_TRUE(same_bits(*v->got, *v->want)) << "at " << i << ": " << fmt(*v->got) << " vs " << fmt(*v->want);
     }
     if (d.run.narrow() != was_narrow) {
       ++narrow_changes;

@@ -72,25 +72,27 @@ void* populated(void* p, std::size_t n) {
   return p;
 }
 
-void* allocate(std::size_t n) {
+/// operator new's loop around `get` (malloc or aligned_alloc of n bytes):
+/// the new-handler until it gives memory, bad_alloc without one.
+template <class Get>
+void* allocate(std::size_t n, Get get) {
   for (;;) {
-    if (void* p = std::malloc(n == 0 ? 1 : n)) return populated(p, n);
+    if (void* p = get()) return populated(p, n);
     std::new_handler handler = std::get_new_handler();
     if (handler == nullptr) throw std::bad_alloc();
     handler();
   }
 }
 
+void* allocate(std::size_t n) {
+  return allocate(n, [n] { return std::malloc(n == 0 ? 1 : n); });
+}
+
 void* allocate(std::size_t n, std::align_val_t al) {
   const auto a = static_cast<std::size_t>(al);
   // aligned_alloc wants a size that is a multiple of the alignment.
   const std::size_t size = ((n == 0 ? 1 : n) + a - 1) / a * a;
-  for (;;) {
-    if (void* p = std::aligned_alloc(a, size)) return populated(p, n);
-    std::new_handler handler = std::get_new_handler();
-    if (handler == nullptr) throw std::bad_alloc();
-    handler();
-  }
+  return allocate(n, [a, size] { return std::aligned_alloc(a, size); });
 }
 
 }  // namespace
