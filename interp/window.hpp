@@ -163,14 +163,29 @@ inline bool still_needed(const History& h, const Retention& need, const Clock& c
 
 }  // namespace window_detail
 
+/// A history stops growing at this many samples (push).
+inline constexpr std::size_t max_history = std::size_t{1} << 24;
+
+/// The capacity a full history grows to while its oldest sample is still
+/// needed: double, except that a retention by count alone goes straight to
+/// its count once that is at most four times what it holds (a 10,000-sample
+/// window holds 10,001 samples, not 16,384, and skips the copy at 8,192:
+/// memory the ring writes all of, and pages that cost ~6 µs each to map on
+/// the virtual machines measured, docs/performance.md "Page faults").
+inline std::size_t next_capacity(std::size_t cap, const Retention& need) {
+  const bool by_count = need.steps == 0 && need.seconds == 0 && need.evals == 0;
+  if (by_count && need.count > cap && need.count <= 4 * cap) return std::min(need.count, max_history);
+  return 2 * cap;
+}
+
 /// Appends `v` as a sample of the observation `clock` describes, growing the
 /// buffer while its oldest sample is still needed by `need` (warm-up;
 /// bounded at 2^24 samples). Allocates only when it grows. Inline: it runs
 /// once per sample on the hot path.
 inline void push(History& h, const Retention& need, double v, const Clock& clock) {
   if (h.size == h.cap) {
-    if (window_detail::still_needed(h, need, clock) && h.cap < (std::size_t{1} << 24))
-      h.reserve(h.cap * 2);
+    if (window_detail::still_needed(h, need, clock) && h.cap < max_history)
+      h.reserve(next_capacity(h.cap, need));
     else if (h.mode[h.at(0)] == eval_mode)
       --h.evals;
   }

@@ -1856,7 +1856,9 @@ void RunningWindow::rebuild(RunKind kind, const History& h, std::uint64_t lo, st
   for (auto& s : split_) s.clear();
   blocks_.clear();
   iqr_heaps_ = hi - lo > iqr_blocks_up_to_;
-  reserve_splits(kind, hi - lo);
+  // + 1: a steady slide holds one sample more while the next enters; room
+  // for exactly hi - lo would double the order statistics at the first slide.
+  reserve_splits(kind, hi - lo + 1);
   for (std::uint64_t k = lo; k < hi; ++k) move<true>(kind, h, k);
 }
 

@@ -18,6 +18,7 @@
 #include <new>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -379,4 +380,29 @@ TEST(Alloc, SteadyStateRunningWindowsDoNotAllocate) {
   const auto n = allocations_in([&] { run(3000, 4000); });
   EXPECT_EQ(n, 0u) << "observe() allocated " << n << " times in 1000 observations after warm-up";
   EXPECT_GT(firings, 10u);
+}
+
+// The order statistics reserve room for a full window plus the sample that
+// enters before the oldest leaves, from the observation their window first
+// fills: the first slide after it does not grow (double) the heaps.
+TEST(Alloc, OrderStatisticsDoNotGrowOnceTheirWindowIsFull) {
+  Fixture f(R"(
+rule r_median: when loss > 1.8 * median(loss[300]) do log
+rule r_quantile: when loss > quantile(loss[200], 0.99) do log
+rule r_outlier: when iqr_outlier(loss[150], 1.5) do log
+)",
+            {"loss"});
+  std::mt19937_64 rng(6);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::int64_t step = 0;
+  auto run = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      const vigil::Sample s{f.ids[0], u(rng)};
+      f.engine.observe(step++, std::span<const vigil::Sample>(&s, 1));
+    }
+  };
+  run(300);  // the longest window is full now: every rule has been evaluated
+  const auto n = allocations_in([&] { run(1000); });
+  EXPECT_EQ(n, 0u) << "observe() allocated " << n << " times once the windows were full";
+  EXPECT_GT(f.callbacks, 0u);
 }

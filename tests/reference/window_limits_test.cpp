@@ -3,6 +3,8 @@
 //     `max(x[10000000])` over one observation took 515 MB (the history
 //     reserved its full length at the first sample). Measured on a forked
 //     child (wait4's rusage), bound ~10x above what one observation needs.
+//     A window by count holds its count, not the next power of two: the
+//     ring writes all of its capacity, and memory is what costs here.
 // §4: steps are int64 everywhere: with nanosecond timestamps as steps
 //     (1.7e18, where a double has a 256-step granularity) step windows,
 //     `for`, `every` and `cooldown` in steps were computed in double and
@@ -14,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "interp/window.hpp"
 #include "tests/support/child_cost.hpp"
 #include "vigil/engine.hpp"
 #include "vigil/program.hpp"
@@ -119,6 +122,39 @@ TEST(WindowMemory, LongWindowsOverShortTracesStaySmall) {
   // A few KiB of histories; 32 MiB above the parent is far above that and
   // far below the old 1.5 GB.
   EXPECT_LT(cost.max_rss_kib - baseline, 32 * 1024) << "peak " << cost.max_rss_kib << " KiB";
+}
+
+/// The capacity a history reaches after `n` observations under `need`
+/// (one sample each, one second apart).
+std::size_t capacity_after(const vigil::interp::Retention& need, int n) {
+  vigil::interp::History h;
+  h.reserve(vigil::interp::initial_capacity(need.count));
+  vigil::interp::Clock clock;
+  for (int i = 0; i < n; ++i) {
+    clock.step = clock.low_step = i;
+    clock.time = clock.last_time = 1000.0 + i;
+    vigil::interp::push(h, need, static_cast<double>(i), clock);
+  }
+  EXPECT_LE(h.size, h.cap);
+  return h.cap;
+}
+
+TEST(WindowMemory, AHistoryByCountHoldsItsCountExactly) {
+  vigil::interp::Retention by_count;
+  by_count.count = 10001;  // a running 10,000-sample window
+  EXPECT_EQ(capacity_after(by_count, 30000), 10001u);
+  // On the way it doubles (64, 128, ..., 4096), and goes straight to the
+  // count from the first capacity at least a quarter of it.
+  EXPECT_EQ(capacity_after(by_count, 1000), 1024u);
+  EXPECT_EQ(capacity_after(by_count, 3000), 4096u);
+  EXPECT_EQ(capacity_after(by_count, 4097), 10001u);
+  by_count.count = 100000;
+  EXPECT_EQ(capacity_after(by_count, 30000), 32768u);
+  // A time window's count is not known: doubling, as long as samples are needed.
+  vigil::interp::Retention by_time;
+  by_time.seconds = 10000;
+  by_time.preceding_seconds = true;
+  EXPECT_EQ(capacity_after(by_time, 30000), 16384u);
 }
 
 }  // namespace
